@@ -1,0 +1,135 @@
+"""`rig-exporter`: Prometheus-style flags over the TOML config, then serve.
+
+Precedence: built-in defaults < `--config.file` < flags. A bad value prints one
+line naming the key and exits 2, never a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import logging
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from exporter import __version__
+from exporter.config import Config, ConfigError, load_config, read_config_file
+
+log = logging.getLogger("exporter")
+
+
+@dataclass(frozen=True)
+class Flag:
+    """A flag that overrides one key of the TOML file."""
+
+    flag: str
+    section: str
+    key: str
+    help: str
+    type: type = str
+
+
+FLAGS = (
+    Flag("--web.listen-address", "web", "listen_address",
+         "HOST:PORT to serve on (default 127.0.0.1:9842; use 0.0.0.0:PORT to open it)"),
+    Flag("--web.scrape-deadline", "web", "scrape_deadline_seconds",
+         "seconds each source may take per scrape (default 8)", float),
+    Flag("--sysfs.root", "gpu", "sysfs_root", "root of the sysfs tree to read (default /sys)"),
+    Flag("--gpu.backend", "gpu", "backend", "auto | sysfs | pyrsmi | none (default auto)"),
+    Flag("--proc.root", "host", "proc_root", "root of the procfs tree to read (default /proc)"),
+    Flag("--log.level", "log", "level", "debug | info | warning | error (default info)"),
+)
+COLLECTOR_SWITCHES = {"gpu": "gpu", "host": "host"}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="rig-exporter",
+        description="Prometheus exporter for an LLM inference rig (engines, AMD GPUs, host).",
+    )
+    parser.add_argument("--config.file", dest="config_file", metavar="PATH",
+                        help="TOML config file (see README)")
+    for f in FLAGS:
+        parser.add_argument(f.flag, dest=f"{f.section}.{f.key}", type=f.type, help=f.help)
+    for name, section in COLLECTOR_SWITCHES.items():
+        parser.add_argument(f"--collector.{name}", dest=f"{section}.enabled",
+                            action=argparse.BooleanOptionalAction,
+                            help=f"read the {name} source (default on)")
+    parser.add_argument(
+        "--engine", action="append", metavar="NAME=URL[,key=value...]",
+        help="an engine to scrape, e.g. main=http://127.0.0.1:30000,kind=sglang,"
+             "probe_interval_seconds=60; repeatable; replaces the file's [[engine]] list",
+    )
+    parser.add_argument("--version", action="version", version=f"rig-exporter {__version__}")
+    # --collector.gpu/--no-collector.gpu register as two flags; argparse prints both.
+    return parser
+
+
+def config_from_args(args: argparse.Namespace) -> Config:
+    raw: dict[str, Any] = read_config_file(args.config_file) if args.config_file else {}
+    raw = copy.deepcopy(raw)
+    for dest, value in vars(args).items():
+        if value is None or "." not in dest:
+            continue
+        section, key = dest.split(".", 1)
+        table = raw.setdefault(section, {})
+        if not isinstance(table, dict):
+            raise ConfigError(section, table, "must be a table")
+        table[key] = value
+    if args.engine:
+        raw["engine"] = [parse_engine_flag(spec) for spec in args.engine]
+    return load_config(raw)
+
+
+def parse_engine_flag(spec: str) -> dict[str, Any]:
+    """`main=http://h:30000,kind=vllm,probe_interval_seconds=60` -> an [[engine]] table."""
+    first, *rest = spec.split(",")
+    name, sep, url = first.partition("=")
+    if not sep:
+        raise ConfigError("--engine", spec, "expected NAME=URL[,key=value...]")
+    table: dict[str, Any] = {"name": name, "url": url}
+    for item in rest:
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise ConfigError("--engine", spec, f"expected key=value, got {item!r}")
+        table[key] = _scalar(value)
+    return table
+
+
+def _scalar(text: str) -> Any:
+    if text in ("true", "false"):
+        return text == "true"
+    for convert in (int, float):
+        try:
+            return convert(text)
+        except ValueError:
+            pass
+    return text
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        config = config_from_args(args)
+    except ConfigError as exc:
+        print(f"rig-exporter: {exc}", file=sys.stderr)
+        return 2
+    logging.basicConfig(
+        level=config.log_level.upper(),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    from exporter.web import serve  # aiohttp is only needed once the config is good
+
+    try:
+        serve(config)
+    except OSError as exc:
+        print(f"rig-exporter: cannot listen on {config.web.listen_address}: {exc}",
+              file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

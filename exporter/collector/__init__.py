@@ -1,0 +1,29 @@
+"""Turn one scrape's Snapshot into metric families (client_python's custom-collector pattern).
+
+A fresh RigCollector is registered in a fresh registry for each scrape, so no
+label value outlives the reading that produced it. Each reading type has its
+own module that registers a `families` implementation for it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from prometheus_client.metrics_core import Metric
+from prometheus_client.registry import Collector
+
+from exporter.collector import gpu, host  # noqa: F401  (registers their readings)
+from exporter.collector.families import families
+from exporter.collector.rig import rig_families
+from exporter.sources.base import Snapshot
+
+
+class RigCollector(Collector):
+    def __init__(self, snapshot: Snapshot) -> None:
+        self.snapshot = snapshot
+
+    def collect(self) -> Iterator[Metric]:
+        # Source health first, so a failed source shows up instead of vanishing.
+        yield from rig_families(self.snapshot)
+        for reading in self.snapshot.readings():
+            yield from families(reading)

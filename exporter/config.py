@@ -1,0 +1,244 @@
+"""The exporter's configuration: a TOML file, every key overridable by a flag.
+
+`load_config` turns raw mappings into frozen dataclasses or raises ConfigError,
+whose message names the key and the bad value. The CLI prints it and exits 2.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+from exporter.thresholds import Thresholds
+
+DEFAULT_LISTEN_ADDRESS = "127.0.0.1:9842"
+ENGINE_KINDS = ("sglang", "vllm")
+GPU_BACKENDS = ("auto", "sysfs", "pyrsmi", "none")
+
+
+class ConfigError(Exception):
+    """A config value that cannot be used; str() is the message for the user."""
+
+    def __init__(self, key: str, value: object, reason: str) -> None:
+        super().__init__(f"config key {key} = {value!r}: {reason}")
+        self.key = key
+
+
+@dataclass(frozen=True)
+class WebConfig:
+    listen_address: str = DEFAULT_LISTEN_ADDRESS
+    # Below Prometheus' default 10 s scrape timeout, so a slow source costs its
+    # own readings and not the whole scrape.
+    scrape_deadline_seconds: float = 8.0
+
+    @property
+    def host(self) -> str:
+        return self.listen_address.rpartition(":")[0].strip("[]")
+
+    @property
+    def port(self) -> int:
+        return int(self.listen_address.rpartition(":")[2])
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    name: str
+    url: str
+    kind: str = "sglang"
+    # Absent or 0: no probe. A probe costs the engine a short generation.
+    probe_interval_seconds: float = 0.0
+    probe_timeout_seconds: float = 60.0
+    probe_max_new_tokens: int = 32
+    probe_prompt: str = ""
+    # The stall tracker reads the engine's counters 4 times a second.
+    stall_tracker: bool = True
+    stall_poll_interval_seconds: float = 0.25
+
+
+@dataclass(frozen=True)
+class GpuConfig:
+    enabled: bool = True
+    backend: str = "auto"
+    sysfs_root: str = "/sys"
+
+
+@dataclass(frozen=True)
+class HostConfig:
+    enabled: bool = True
+    proc_root: str = "/proc"
+
+
+@dataclass(frozen=True)
+class Config:
+    web: WebConfig = field(default_factory=WebConfig)
+    engines: tuple[EngineConfig, ...] = ()
+    gpu: GpuConfig = field(default_factory=GpuConfig)
+    host: HostConfig = field(default_factory=HostConfig)
+    thresholds: Thresholds = field(default_factory=Thresholds)
+    log_level: str = "info"
+
+
+def read_config_file(path: str | Path) -> dict[str, Any]:
+    try:
+        with open(path, "rb") as f:
+            return tomllib.load(f)
+    except OSError as exc:
+        raise ConfigError("config.file", str(path), exc.strerror or str(exc)) from exc
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError("config.file", str(path), f"not valid TOML: {exc}") from exc
+
+
+def load_config(raw: Mapping[str, Any]) -> Config:
+    """Validate a mapping shaped like the TOML file (see README) into a Config."""
+    _reject_unknown("", raw, {"web", "engine", "gpu", "host", "thresholds", "log"})
+    engines = raw.get("engine", [])
+    if not isinstance(engines, list):
+        raise ConfigError("engine", engines, "must be an array of tables ([[engine]])")
+    parsed = tuple(_engine(i, e) for i, e in enumerate(engines))
+    names = [e.name for e in parsed]
+    for name in names:
+        if names.count(name) > 1:
+            raise ConfigError("engine.name", name, "engine names must be unique")
+    thresholds_raw = _table(raw, "thresholds")
+    try:
+        thresholds = Thresholds.from_mapping(thresholds_raw)
+    except ValueError as exc:
+        raise ConfigError("thresholds", thresholds_raw, str(exc)) from exc
+    log_table = _table(raw, "log")
+    _reject_unknown("log", log_table, {"level"})
+    return Config(
+        web=_web(_table(raw, "web")),
+        engines=parsed,
+        gpu=_gpu(_table(raw, "gpu")),
+        host=_host(_table(raw, "host")),
+        thresholds=thresholds,
+        log_level=_choice("log.level", log_table.get("level", "info"),
+                          ("debug", "info", "warning", "error")),
+    )
+
+
+def _web(t: Mapping[str, Any]) -> WebConfig:
+    _reject_unknown("web", t, {"listen_address", "scrape_deadline_seconds"})
+    address = _str("web.listen_address", t.get("listen_address", DEFAULT_LISTEN_ADDRESS))
+    host, sep, port = address.rpartition(":")
+    if not sep or not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise ConfigError("web.listen_address", address, "expected HOST:PORT, e.g. 127.0.0.1:9842")
+    deadline = _positive("web.scrape_deadline_seconds", t.get("scrape_deadline_seconds", 8.0))
+    return WebConfig(listen_address=address, scrape_deadline_seconds=deadline)
+
+
+def _engine(index: int, t: object) -> EngineConfig:
+    key = f"engine[{index}]"
+    if not isinstance(t, Mapping):
+        raise ConfigError(key, t, "must be a table")
+    _reject_unknown(key, t, set(EngineConfig.__dataclass_fields__))
+    for required in ("name", "url"):
+        if required not in t:
+            raise ConfigError(f"{key}.{required}", None, "is required")
+    name = _str(f"{key}.name", t["name"])
+    if not name or not all(c.isalnum() or c in "-_." for c in name):
+        raise ConfigError(f"{key}.name", name, "use letters, digits, '-', '_' or '.'")
+    url = _str(f"{key}.url", t["url"]).rstrip("/")
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.netloc:
+        raise ConfigError(f"{key}.url", url, "expected an http(s) URL, e.g. http://127.0.0.1:30000")
+    defaults = EngineConfig(name=name, url=url)
+    return EngineConfig(
+        name=name,
+        url=url,
+        kind=_choice(f"{key}.kind", t.get("kind", defaults.kind), ENGINE_KINDS),
+        probe_interval_seconds=_non_negative(
+            f"{key}.probe_interval_seconds",
+            t.get("probe_interval_seconds", defaults.probe_interval_seconds),
+        ),
+        probe_timeout_seconds=_positive(
+            f"{key}.probe_timeout_seconds",
+            t.get("probe_timeout_seconds", defaults.probe_timeout_seconds),
+        ),
+        probe_max_new_tokens=int(_positive(
+            f"{key}.probe_max_new_tokens",
+            t.get("probe_max_new_tokens", defaults.probe_max_new_tokens),
+            integer=True,
+        )),
+        probe_prompt=_str(f"{key}.probe_prompt", t.get("probe_prompt", defaults.probe_prompt)),
+        stall_tracker=_bool(f"{key}.stall_tracker", t.get("stall_tracker", defaults.stall_tracker)),
+        stall_poll_interval_seconds=_positive(
+            f"{key}.stall_poll_interval_seconds",
+            t.get("stall_poll_interval_seconds", defaults.stall_poll_interval_seconds),
+        ),
+    )
+
+
+def _gpu(t: Mapping[str, Any]) -> GpuConfig:
+    _reject_unknown("gpu", t, {"enabled", "backend", "sysfs_root"})
+    return GpuConfig(
+        enabled=_bool("gpu.enabled", t.get("enabled", True)),
+        backend=_choice("gpu.backend", t.get("backend", "auto"), GPU_BACKENDS),
+        sysfs_root=_str("gpu.sysfs_root", t.get("sysfs_root", "/sys")),
+    )
+
+
+def _host(t: Mapping[str, Any]) -> HostConfig:
+    _reject_unknown("host", t, {"enabled", "proc_root"})
+    return HostConfig(
+        enabled=_bool("host.enabled", t.get("enabled", True)),
+        proc_root=_str("host.proc_root", t.get("proc_root", "/proc")),
+    )
+
+
+def _table(raw: Mapping[str, Any], key: str) -> Mapping[str, Any]:
+    value = raw.get(key, {})
+    if not isinstance(value, Mapping):
+        raise ConfigError(key, value, "must be a table")
+    return value
+
+
+def _reject_unknown(prefix: str, table: Mapping[str, Any], known: set[str]) -> None:
+    for key in table:
+        if key not in known:
+            where = f"{prefix}.{key}" if prefix else key
+            raise ConfigError(where, table[key], f"unknown key (known: {', '.join(sorted(known))})")
+
+
+def _str(key: str, value: object) -> str:
+    if not isinstance(value, str):
+        raise ConfigError(key, value, "must be a string")
+    return value
+
+
+def _bool(key: str, value: object) -> bool:
+    if not isinstance(value, bool):
+        raise ConfigError(key, value, "must be true or false")
+    return value
+
+
+def _choice(key: str, value: object, choices: tuple[str, ...]) -> str:
+    if value not in choices:
+        raise ConfigError(key, value, f"must be one of {', '.join(choices)}")
+    return str(value)
+
+
+def _number(key: str, value: object, integer: bool = False) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ConfigError(key, value, "must be a number")
+    if integer and not float(value).is_integer():
+        raise ConfigError(key, value, "must be a whole number")
+    return float(value)
+
+
+def _positive(key: str, value: object, integer: bool = False) -> float:
+    number = _number(key, value, integer)
+    if number <= 0:
+        raise ConfigError(key, value, "must be greater than 0")
+    return number
+
+
+def _non_negative(key: str, value: object) -> float:
+    number = _number(key, value)
+    if number < 0:
+        raise ConfigError(key, value, "must be 0 or more")
+    return number

@@ -1,0 +1,64 @@
+"""The running exporter: its sources, their lifecycles, and one scrape's output.
+
+Sources that hold connections or background tasks (engines, the stall tracker,
+the stream probe) implement `start` and `close`; the runtime calls them when the
+web server starts and stops.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Protocol, runtime_checkable
+
+from prometheus_client import CollectorRegistry, generate_latest
+
+from exporter.collector import RigCollector
+from exporter.config import Config
+from exporter.sources.base import Snapshot, Source, SourceRunner
+from exporter.sources.gpu import GpuSource
+from exporter.sources.host import HostSource
+
+log = logging.getLogger(__name__)
+
+
+@runtime_checkable
+class Managed(Protocol):
+    async def start(self) -> None: ...
+
+    async def close(self) -> None: ...
+
+
+def build_sources(config: Config) -> list[Source]:
+    sources: list[Source] = []
+    if config.gpu.enabled and config.gpu.backend != "none":
+        sources.append(GpuSource.from_backend(config.gpu.backend, config.gpu.sysfs_root))
+    if config.host.enabled:
+        sources.append(HostSource(config.host.proc_root))
+    return sources
+
+
+class Exporter:
+    def __init__(self, config: Config, sources: list[Source] | None = None) -> None:
+        self.config = config
+        self.sources = build_sources(config) if sources is None else sources
+        self.runner = SourceRunner(self.sources, config.web.scrape_deadline_seconds)
+
+    async def start(self) -> None:
+        for source in self.sources:
+            if isinstance(source, Managed):
+                await source.start()
+        log.info("sources: %s", ", ".join(s.name for s in self.sources) or "none")
+
+    async def close(self) -> None:
+        for source in reversed(self.sources):
+            if isinstance(source, Managed):
+                await source.close()
+
+    async def snapshot(self) -> Snapshot:
+        return await self.runner.snapshot()
+
+    @staticmethod
+    def render(snapshot: Snapshot) -> bytes:
+        registry = CollectorRegistry(auto_describe=False)
+        registry.register(RigCollector(snapshot))
+        return generate_latest(registry)

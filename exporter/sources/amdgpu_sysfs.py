@@ -1,0 +1,287 @@
+"""Read amdgpu cards from a sysfs tree (`/sys`, or a fixture that mirrors it).
+
+Every reading is optional: a file that is missing, unreadable (EPERM while the
+card is runtime-suspended), garbage or truncated leaves that one field None and
+is logged once per card and file. Units are converted to base units here.
+File names and units: reference/amd-gpu.md §6 (`amdgpu_pm.c`, `pci-sysfs.c`).
+"""
+
+from __future__ import annotations
+
+import errno
+import logging
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from exporter.sources import gpu_metrics
+
+log = logging.getLogger(__name__)
+
+AMD_VENDOR_ID = "0x1002"
+_CARD_NAME = re.compile(r"^card\d+$")
+_DPM_LEVEL = re.compile(r"^\s*\d+:\s*(\d+)\s*mhz\s*(\*)?\s*$", re.IGNORECASE)
+_LINK_SPEED = re.compile(r"^([\d.]+)\s*GT/s")
+# hwmon temp labels (`amdgpu_pm.c`) -> the `sensor` label of DESIGN §2.
+_TEMP_SENSORS = {"edge": "edge", "junction": "junction", "mem": "memory"}
+_TEMP_LIMITS = {"crit": "critical", "emergency": "emergency"}
+_CLOCK_FILES = {"sclk": "pp_dpm_sclk", "mclk": "pp_dpm_mclk"}
+
+
+@dataclass(frozen=True)
+class PcieLink:
+    port: str  # "endpoint" (the GPU) or "upstream" (the on-package switch port: the slot link)
+    kind: str  # "current" or "max"
+    speed_transfers_per_second: float | None
+    width_lanes: float | None
+
+
+@dataclass
+class CardReading:
+    """One card's readings in base units; None means "not available"."""
+
+    card: str
+    pci_bus: str
+    unique_id: str
+    present: bool = True
+    temperatures_celsius: dict[str, float] = field(default_factory=dict)
+    temperature_limits_celsius: dict[tuple[str, str], float] = field(default_factory=dict)
+    power_watts: float | None = None
+    power_cap_watts: float | None = None
+    power_cap_max_watts: float | None = None
+    energy_joules: float | None = None
+    clocks_hertz: dict[str, float] = field(default_factory=dict)
+    clock_max_hertz: dict[str, float] = field(default_factory=dict)
+    busy_ratio: float | None = None
+    memory_busy_ratio: float | None = None
+    vram_used_bytes: float | None = None
+    vram_total_bytes: float | None = None
+    fan_rpm: float | None = None
+    pcie_links: list[PcieLink] = field(default_factory=list)
+    # None: gpu_metrics unreadable or of an unknown layout, so no reason is known.
+    throttle_reasons: frozenset[str] | None = None
+
+
+class AmdgpuSysfs:
+    """Enumerates amdgpu cards and reads them; remembers cards that vanish."""
+
+    def __init__(self, root: str | os.PathLike[str]) -> None:
+        self.root = Path(root)
+        self._seen: dict[str, tuple[str, str]] = {}  # card -> (pci_bus, unique_id)
+        self._warned: set[tuple[str, str]] = set()
+
+    def read_cards(self) -> list[CardReading]:
+        found = {card: device for card, device in self._enumerate()}
+        readings = [self._read_card(card, device) for card, device in sorted(found.items())]
+        for reading in readings:
+            self._seen[reading.card] = (reading.pci_bus, reading.unique_id)
+        # A card that fell off the bus keeps its series with gpu_present 0, so it
+        # alerts instead of going silent.
+        for card, (pci_bus, unique_id) in sorted(self._seen.items()):
+            if card not in found:
+                self._warn(card, "device", "card has disappeared")
+                readings.append(CardReading(card, pci_bus, unique_id, present=False))
+        return readings
+
+    def _enumerate(self) -> list[tuple[str, Path]]:
+        drm = self.root / "class" / "drm"
+        try:
+            entries = sorted(os.listdir(drm))
+        except OSError as exc:
+            raise FileNotFoundError(f"cannot list {drm}: {exc.strerror}") from exc
+        cards = []
+        for entry in entries:
+            device = drm / entry / "device"
+            if _CARD_NAME.match(entry) and self._is_amdgpu(device):
+                cards.append((entry, device))
+        return cards
+
+    def _is_amdgpu(self, device: Path) -> bool:
+        try:
+            return (device / "vendor").read_text().strip() == AMD_VENDOR_ID
+        except OSError:
+            return False
+
+    def _read_card(self, card: str, device: Path) -> CardReading:
+        files = _CardFiles(card, device, self._warn)
+        pci_bus = os.path.basename(os.path.realpath(device))
+        reading = CardReading(card, pci_bus, files.text("unique_id") or "")
+        hwmon = self._hwmon(device)
+        if hwmon is not None:
+            self._read_hwmon(reading, _CardFiles(card, hwmon, self._warn))
+        else:
+            self._warn(card, "hwmon", "no amdgpu hwmon directory")
+        for clock, filename in _CLOCK_FILES.items():
+            levels = files.dpm_levels(filename)
+            if levels:
+                current, top = levels
+                reading.clock_max_hertz[clock] = top
+                reading.clocks_hertz.setdefault(clock, current)
+        reading.busy_ratio = files.ratio("gpu_busy_percent")
+        reading.memory_busy_ratio = files.ratio("mem_busy_percent")
+        reading.vram_used_bytes = files.number("mem_info_vram_used")
+        reading.vram_total_bytes = files.number("mem_info_vram_total")
+        reading.pcie_links = self._pcie_links(card, device)
+        self._read_gpu_metrics(reading, files)
+        return reading
+
+    def _hwmon(self, device: Path) -> Path | None:
+        try:
+            candidates = sorted((device / "hwmon").iterdir())
+        except OSError:
+            return None
+        for candidate in candidates:
+            try:
+                if (candidate / "name").read_text().strip() == "amdgpu":
+                    return candidate
+            except OSError:
+                continue
+        return None
+
+    def _read_hwmon(self, reading: CardReading, hwmon: _CardFiles) -> None:
+        for index in (1, 2, 3):
+            label = hwmon.text(f"temp{index}_label", quiet=True)
+            sensor = _TEMP_SENSORS.get(label or "")
+            if sensor is None:
+                continue
+            value = hwmon.number(f"temp{index}_input", scale=1e-3)
+            if value is not None:
+                reading.temperatures_celsius[sensor] = value
+            for suffix, limit in _TEMP_LIMITS.items():
+                bound = hwmon.number(f"temp{index}_{suffix}", scale=1e-3, quiet=True)
+                if bound is not None:
+                    reading.temperature_limits_celsius[(sensor, limit)] = bound
+        # power1_input is hidden on SMU 13.0.0 (GPU_INPUT_POWER is EOPNOTSUPP);
+        # power1_average is the socket power there, in 1 W steps.
+        reading.power_watts = hwmon.number("power1_input", scale=1e-6, quiet=True)
+        if reading.power_watts is None:
+            reading.power_watts = hwmon.number("power1_average", scale=1e-6)
+        reading.power_cap_watts = hwmon.number("power1_cap", scale=1e-6)
+        reading.power_cap_max_watts = hwmon.number("power1_cap_max", scale=1e-6)
+        for index in (1, 2):
+            label = hwmon.text(f"freq{index}_label", quiet=True)
+            if label in _CLOCK_FILES:
+                value = hwmon.number(f"freq{index}_input")
+                if value is not None:
+                    reading.clocks_hertz[label] = value
+        reading.fan_rpm = hwmon.number("fan1_input", quiet=True)
+
+    def _pcie_links(self, card: str, device: Path) -> list[PcieLink]:
+        # On RDNA the endpoint sits behind an on-package switch: its own link
+        # reads x16 even in an x8 slot. The slot link is on the upstream switch
+        # port, two bridges up (LACT#334, reference/amd-gpu.md §6.3).
+        endpoint = Path(os.path.realpath(device))
+        ports = {"endpoint": endpoint}
+        upstream = endpoint.parent.parent
+        if re.match(r"^[0-9a-f]{4}:", upstream.name):
+            ports["upstream"] = upstream
+        links = []
+        for port, path in ports.items():
+            files = _CardFiles(card, path, self._warn, prefix=f"{port}/")
+            for kind in ("current", "max"):
+                speed = files.link_speed(f"{kind}_link_speed")
+                width = files.number(f"{kind}_link_width")
+                if speed is not None or width is not None:
+                    links.append(PcieLink(port, kind, speed, width))
+        return links
+
+    def _read_gpu_metrics(self, reading: CardReading, files: _CardFiles) -> None:
+        blob = files.binary("gpu_metrics")
+        if blob is None:
+            return
+        try:
+            metrics = gpu_metrics.decode(blob)
+        except gpu_metrics.GpuMetricsError as exc:
+            self._warn(reading.card, "gpu_metrics", str(exc))
+            return
+        if metrics.throttle_status is not None:
+            reading.throttle_reasons = gpu_metrics.throttle_reasons(metrics.throttle_status)
+        if metrics.energy_accumulator is not None:
+            reading.energy_joules = metrics.energy_accumulator * gpu_metrics.ENERGY_JOULES_PER_COUNT
+
+    def _warn(self, card: str, filename: str, reason: str) -> None:
+        if (card, filename) not in self._warned:
+            self._warned.add((card, filename))
+            log.warning("%s: %s: %s (reported once)", card, filename, reason)
+
+
+class _CardFiles:
+    """Reads one directory's files, turning every failure into None plus one log line."""
+
+    def __init__(self, card: str, directory: Path, warn, prefix: str = "") -> None:
+        self.card = card
+        self.directory = directory
+        self.warn = warn
+        self.prefix = prefix
+
+    def binary(self, name: str) -> bytes | None:
+        # gpu_metrics may come back in short reads: read until EOF (amdgpu_pm.c).
+        try:
+            with open(self.directory / name, "rb", buffering=0) as f:
+                return f.read()
+        except OSError as exc:
+            self._failed(name, exc, quiet=False)
+            return None
+
+    def text(self, name: str, quiet: bool = False) -> str | None:
+        try:
+            return (self.directory / name).read_text(errors="strict").strip()
+        except (OSError, UnicodeDecodeError) as exc:
+            self._failed(name, exc, quiet)
+            return None
+
+    def number(self, name: str, scale: float = 1.0, quiet: bool = False) -> float | None:
+        text = self.text(name, quiet)
+        if text is None:
+            return None
+        try:
+            return int(text) * scale
+        except ValueError:
+            self.warn(self.card, self.prefix + name, f"not an integer: {text[:40]!r}")
+            return None
+
+    def ratio(self, name: str) -> float | None:
+        percent = self.number(name)
+        if percent is not None and not 0 <= percent <= 100:
+            self.warn(self.card, self.prefix + name, f"percentage out of range: {percent:g}")
+            return None
+        return None if percent is None else percent / 100
+
+    def link_speed(self, name: str) -> float | None:
+        text = self.text(name, quiet=True)
+        if text is None:
+            return None
+        match = _LINK_SPEED.match(text)
+        if match is None:  # "Unknown" while the link is down
+            self.warn(self.card, self.prefix + name, f"no link speed in {text[:40]!r}")
+            return None
+        return float(match.group(1)) * 1e9
+
+    def dpm_levels(self, name: str) -> tuple[float, float] | None:
+        """(current, top) of a `pp_dpm_*` table, in Hz."""
+        text = self.text(name)
+        if text is None:
+            return None
+        levels, current = [], None
+        for line in text.splitlines():
+            match = _DPM_LEVEL.match(line)
+            if match is None:
+                self.warn(self.card, self.prefix + name, f"unexpected line {line[:40]!r}")
+                return None
+            hertz = int(match.group(1)) * 1e6
+            levels.append(hertz)
+            if match.group(2):
+                current = hertz
+        if not levels or current is None:
+            self.warn(self.card, self.prefix + name, "no level marked current")
+            return None
+        return current, max(levels)
+
+    def _failed(self, name: str, exc: Exception, quiet: bool) -> None:
+        if isinstance(exc, FileNotFoundError) and quiet:
+            return  # hwmon hides files the ASIC does not support
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        if isinstance(exc, OSError) and exc.errno in (errno.EPERM, errno.EBUSY, errno.ENODATA):
+            reason += " (card suspended or in reset?)"
+        self.warn(self.card, self.prefix + name, reason)

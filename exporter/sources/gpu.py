@@ -1,0 +1,51 @@
+"""The GPU source: amdgpu sysfs first, pyrsmi where ROCm loads.
+
+sysfs carries everything a 7900 XTX exposes (reference/amd-gpu.md §6); pyrsmi
+has no temperature, clock or throttle calls, so it only ever overlays
+utilisation, VRAM, power and fan on the sysfs reading.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass, field
+
+from exporter.sources.amdgpu_sysfs import AmdgpuSysfs, CardReading
+from exporter.sources.pyrsmi_overlay import PyrsmiOverlay, load_rocml
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class GpuReading:
+    backend: str
+    cards: list[CardReading] = field(default_factory=list)
+
+
+class GpuSource:
+    name = "gpu"
+
+    def __init__(self, sysfs: AmdgpuSysfs, overlay: PyrsmiOverlay | None = None) -> None:
+        self.sysfs = sysfs
+        self.overlay = overlay
+
+    @classmethod
+    def from_backend(cls, backend: str, sysfs_root: str) -> GpuSource:
+        overlay = None
+        if backend in ("auto", "pyrsmi"):
+            rocml = load_rocml()
+            overlay = PyrsmiOverlay(rocml) if rocml is not None else None
+        return cls(AmdgpuSysfs(sysfs_root), overlay)
+
+    async def read(self) -> GpuReading:
+        return await asyncio.to_thread(self.read_now)
+
+    def read_now(self) -> GpuReading:
+        cards = self.sysfs.read_cards()
+        if self.overlay is None:
+            return GpuReading("sysfs", cards)
+        for card in cards:
+            if card.present:
+                self.overlay.apply(card)
+        return GpuReading("pyrsmi+sysfs", cards)
