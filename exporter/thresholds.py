@@ -1,0 +1,126 @@
+"""Alert thresholds and hold durations: the one place they live.
+
+`alerts/generate.py` renders the Prometheus rules from these values, the
+dashboards draw their threshold lines from them and `rigctl health` judges
+against them. The exporter's config loader validates a `[thresholds]` TOML
+table with `Thresholds.from_mapping`.
+
+Defaults come from the owner's measurements (shared reference rig-facts.md,
+cited as "rig-facts") and DESIGN §5. Durations are seconds (`*_seconds`),
+ratios are 0..1, temperatures °C. Stdlib only: this module is imported by the
+exporter, the CLI and the rule generator alike.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+MIB = 1024 * 1024
+
+
+@dataclass(frozen=True)
+class Thresholds:
+    # --- decode (stall tracker and stream probe) ---------------------------
+    # DESIGN §5: no decode progress for >= 10 s is starvation. rig-facts: the
+    # default scheduler stalls a 64K decode for 47.23 s during a 64K prefill.
+    decode_stall_critical_seconds: float = 10.0
+    decode_starvation_for_seconds: int = 30
+    # rig-facts: mixed chunk / N=1 still pauses decode ~4 s per prefill chunk.
+    decode_stutter_seconds: float = 2.0
+    decode_stutter_count: int = 3
+    decode_stutter_window_seconds: int = 600
+    decode_stutter_for_seconds: int = 60
+    # Queued requests, nothing running, no decode batch: longer than the
+    # longest legitimate cold prefill (rig-facts: 243.81 s for 192K tokens).
+    engine_wedged_seconds: int = 300
+    # An engine restart (27B TP2 load, graph capture) takes minutes.
+    engine_down_for_seconds: int = 300
+    queue_wait_seconds: int = 300
+
+    # --- KV pool ------------------------------------------------------------
+    kv_usage_ratio: float = 0.95
+    kv_saturated_for_seconds: int = 300
+
+    # --- HiCache ------------------------------------------------------------
+    hicache_host_pool_ratio: float = 0.98
+    hicache_host_pool_for_seconds: int = 300
+    # ~240K tokens per 10 min: the whole L1 pool (rig-facts: 231,914 tokens)
+    # moving down to L2 and back up every ten minutes.
+    hicache_churn_tokens_per_second: float = 400.0
+    hicache_l2_hit_ratio: float = 0.2
+    hicache_churn_for_seconds: int = 600
+    # Half of a 64K session: a long prompt recomputed from scratch
+    # (rig-facts: 48.13 s at 64K versus 0.546 s restored from L2).
+    hicache_recompute_tokens: int = 32768
+    hicache_recompute_window_seconds: int = 900
+    hicache_recompute_for_seconds: int = 60
+    hicache_storage_window_seconds: int = 1800
+    hicache_storage_for_seconds: int = 600
+
+    # --- GPU ----------------------------------------------------------------
+    gpu_busy_ratio: float = 0.8  # "under load"
+    gpu_sclk_ratio: float = 0.8
+    # 7900 XTX junction critical limit is 110 °C (amd-gpu.md §10).
+    gpu_junction_margin_celsius: float = 5.0
+    gpu_downclock_for_seconds: int = 120
+    gpu_downclock_critical_for_seconds: int = 600
+    gpu_hot_margin_celsius: float = 10.0
+    gpu_hot_for_seconds: int = 120
+    gpu_power_cap_ratio: float = 0.95
+    gpu_power_capped_for_seconds: int = 300
+    gpu_expected_count: int = 2  # rig-facts: 2x RX 7900 XTX; 0 disables
+    gpu_missing_for_seconds: int = 60
+    # rig-facts: the B850 board runs both slots at x8; narrower is degraded.
+    gpu_pcie_min_width_lanes: int = 8
+    gpu_pcie_for_seconds: int = 300
+
+    # --- host ---------------------------------------------------------------
+    host_swap_io_bytes_per_second: float = 1.0 * MIB
+    # rig-facts: 62 MiB of swap, not growing; ~115 MiB per 30 min is growth.
+    host_swap_growth_bytes_per_second: float = 64.0 * 1024
+    host_swap_growth_window_seconds: int = 1800
+    host_swapping_for_seconds: int = 600
+    host_memory_available_ratio: float = 0.05
+    host_memory_full_stall_ratio: float = 0.1
+    host_memory_for_seconds: int = 120
+    # Ryzen 9600X Tjmax is 95 °C; Tctl near it under sustained load.
+    cpu_temperature_celsius: float = 90.0
+    cpu_hot_for_seconds: int = 300
+
+    # --- exporter -----------------------------------------------------------
+    source_down_for_seconds: int = 300
+
+    @classmethod
+    def from_mapping(cls, mapping: Mapping[str, Any]) -> Thresholds:
+        """Build from a `[thresholds]` table; missing keys keep defaults.
+
+        Raises ValueError naming the key and the bad value for an unknown key,
+        a wrong type or an out-of-range value.
+        """
+        fields = {f.name: f for f in dataclasses.fields(cls)}
+        values: dict[str, Any] = {}
+        for key, value in mapping.items():
+            if key not in fields:
+                raise ValueError(f"thresholds: unknown key {key!r} (value {value!r})")
+            values[key] = _checked(key, fields[key].type, value)
+        return cls(**values)
+
+
+def _checked(key: str, type_name: object, value: object) -> int | float:
+    # bool is an int subclass; `kv_usage_ratio = true` is a mistake, not 1.
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ValueError(f"thresholds.{key}: expected a number, got {value!r}")
+    if type_name == "int":
+        if not isinstance(value, int):
+            raise ValueError(f"thresholds.{key}: expected an integer, got {value!r}")
+    elif not math.isfinite(value):
+        raise ValueError(f"thresholds.{key}: expected a finite number, got {value!r}")
+    if value < 0:
+        raise ValueError(f"thresholds.{key}: must not be negative, got {value!r}")
+    if key.endswith("_ratio") and value > 1:
+        raise ValueError(f"thresholds.{key}: a ratio must be within 0..1, got {value!r}")
+    return value if type_name == "int" else float(value)
