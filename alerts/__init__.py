@@ -1,0 +1,1 @@
+"""Prometheus recording and alerting rules for the rig, generated from exporter.thresholds."""
