@@ -12,10 +12,12 @@ import errno
 import logging
 import os
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from exporter.sources import gpu_metrics
+from exporter.sources.base import SourceError
 
 log = logging.getLogger(__name__)
 
@@ -89,7 +91,7 @@ class AmdgpuSysfs:
         try:
             entries = sorted(os.listdir(drm))
         except OSError as exc:
-            raise FileNotFoundError(f"cannot list {drm}: {exc.strerror}") from exc
+            raise SourceError(f"cannot list {drm}: {exc.strerror}") from exc
         cards = []
         for entry in entries:
             device = drm / entry / "device"
@@ -209,7 +211,9 @@ class AmdgpuSysfs:
 class _CardFiles:
     """Reads one directory's files, turning every failure into None plus one log line."""
 
-    def __init__(self, card: str, directory: Path, warn, prefix: str = "") -> None:
+    def __init__(
+        self, card: str, directory: Path, warn: Callable[[str, str, str], None], prefix: str = ""
+    ) -> None:
         self.card = card
         self.directory = directory
         self.warn = warn

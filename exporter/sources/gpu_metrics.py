@@ -22,7 +22,6 @@ _V1_3_FIELDS = {
     "energy_accumulator": (0x18, "<Q"),
     "average_gfxclk_frequency": (0x28, "<H"),
     "throttle_status": (0x44, "<I"),
-    "indep_throttle_status": (0x70, "<Q"),
 }
 
 # Energy counter resolution on SMU 13 parts: 15.259 uJ per count (amdsmi's
@@ -58,7 +57,6 @@ class GpuMetrics:
     format_revision: int
     content_revision: int
     throttle_status: int | None = None
-    indep_throttle_status: int | None = None
     energy_accumulator: int | None = None
     temperature_hotspot_celsius: float | None = None
     average_socket_power_watts: float | None = None
@@ -72,14 +70,15 @@ def decode(blob: bytes) -> GpuMetrics:
     if (frev, crev) != (1, 3):
         raise GpuMetricsError(f"revision {frev}.{crev} has no known layout here")
     if size != _V1_3_SIZE or len(blob) < _V1_3_SIZE:
-        raise GpuMetricsError(f"v1.3 needs {_V1_3_SIZE} bytes, header says {size}, read {len(blob)}")
+        raise GpuMetricsError(
+            f"v1.3 needs {_V1_3_SIZE} bytes, header says {size}, read {len(blob)}"
+        )
     raw = {name: _field(blob, offset, fmt) for name, (offset, fmt) in _V1_3_FIELDS.items()}
     energy = raw["energy_accumulator"]
     return GpuMetrics(
         format_revision=frev,
         content_revision=crev,
         throttle_status=raw["throttle_status"],
-        indep_throttle_status=raw["indep_throttle_status"],
         energy_accumulator=energy or None,  # 0: deprecated by newer PMFW
         temperature_hotspot_celsius=_scaled(raw["temperature_hotspot"], 1.0),
         average_socket_power_watts=_scaled(raw["average_socket_power"], 1.0),

@@ -45,13 +45,16 @@ class HostSource:
         return await asyncio.to_thread(self.read_now)
 
     def read_now(self) -> HostReading:
-        # psutil reads meminfo and vmstat under PROCFS_PATH; a fixture tree works too.
-        psutil.PROCFS_PATH = str(self.proc_root)
+        # psutil reads meminfo and vmstat under its module-wide PROCFS_PATH, so a
+        # fixture tree works too; restore it for the process's other psutil calls.
+        saved, psutil.PROCFS_PATH = psutil.PROCFS_PATH, str(self.proc_root)
         try:
             memory = psutil.virtual_memory()
             swap = psutil.swap_memory()
         except (OSError, ValueError, KeyError) as exc:
             raise SourceError(f"cannot read memory from {self.proc_root}: {exc}") from exc
+        finally:
+            psutil.PROCFS_PATH = saved
         return HostReading(
             memory_total_bytes=float(memory.total),
             memory_available_bytes=float(memory.available),

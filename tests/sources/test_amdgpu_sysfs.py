@@ -1,0 +1,155 @@
+"""The sysfs GPU reader against the committed two-card tree and its broken variants."""
+
+from __future__ import annotations
+
+import filecmp
+import logging
+import os
+from pathlib import Path
+
+import pytest
+
+from exporter.sim.amdgpu_sysfs import RIG_CARDS, remove_card, write_rig
+from exporter.sources.amdgpu_sysfs import AmdgpuSysfs, CardReading
+from exporter.sources.base import SourceError
+from tests.conftest import SYSFS_FIXTURE, card_device, hwmon_dir
+
+
+def read(root: Path) -> dict[str, CardReading]:
+    return {c.card: c for c in AmdgpuSysfs(root).read_cards()}
+
+
+class TestFixtureTree:
+    def test_committed_tree_matches_its_writer(self, tmp_path: Path) -> None:
+        write_rig(tmp_path)
+        mismatches = []
+        for dirpath, _, filenames in os.walk(SYSFS_FIXTURE):
+            for name in filenames:
+                committed = Path(dirpath) / name
+                fresh = tmp_path / committed.relative_to(SYSFS_FIXTURE)
+                if not fresh.exists() or not filecmp.cmp(committed, fresh, shallow=False):
+                    mismatches.append(str(committed.relative_to(SYSFS_FIXTURE)))
+        regenerate = "python -m exporter.sim.amdgpu_sysfs tests/fixtures/sys"
+        assert mismatches == [], f"stale fixture tree; regenerate with: {regenerate}"
+
+    def test_enumerates_only_amdgpu_cards(self) -> None:
+        # card0 is a non-AMD framebuffer; renderD* and card1-DP-1 share or lack a device.
+        assert sorted(read(SYSFS_FIXTURE)) == ["card1", "card2"]
+
+    def test_identity_comes_from_the_pci_device(self) -> None:
+        cards = read(SYSFS_FIXTURE)
+        assert (cards["card1"].pci_bus, cards["card1"].unique_id) == (
+            RIG_CARDS[0].endpoint, RIG_CARDS[0].unique_id)
+        assert cards["card2"].pci_bus == "0000:0a:00.0"
+
+
+class TestValuesInBaseUnits:
+    def test_temperatures_and_limits_are_celsius(self) -> None:
+        card = read(SYSFS_FIXTURE)["card1"]
+        assert card.temperatures_celsius == {"edge": 66.0, "junction": 88.0, "memory": 86.0}
+        assert card.temperature_limits_celsius[("junction", "critical")] == 110.0
+        assert card.temperature_limits_celsius[("memory", "emergency")] == 113.0
+
+    def test_power_prefers_input_and_falls_back_to_average(self) -> None:
+        cards = read(SYSFS_FIXTURE)
+        assert cards["card1"].power_watts == 287.0  # power1_input 287000000 uW
+        assert cards["card2"].power_watts == 339.0  # power1_average 339000000 uW, no input
+        assert cards["card2"].power_cap_watts == 339.0
+        assert cards["card2"].power_cap_max_watts == 350.0
+
+    def test_clocks_are_hertz_with_the_top_dpm_level_as_max(self) -> None:
+        card = read(SYSFS_FIXTURE)["card2"]
+        assert card.clocks_hertz == {"sclk": 2.1e9, "mclk": 1.249e9}
+        assert card.clock_max_hertz == {"sclk": 2.304e9, "mclk": 1.249e9}
+
+    def test_busy_vram_and_fan(self) -> None:
+        card = read(SYSFS_FIXTURE)["card1"]
+        assert (card.busy_ratio, card.memory_busy_ratio) == (0.99, 0.41)
+        assert (card.vram_used_bytes, card.vram_total_bytes) == (23622320128, 25753026560)
+        assert card.fan_rpm == 1712
+
+    def test_upstream_port_shows_the_narrow_slot(self) -> None:
+        links = {(lk.port, lk.kind): lk for lk in read(SYSFS_FIXTURE)["card2"].pcie_links}
+        assert links[("endpoint", "current")].width_lanes == 16
+        assert links[("upstream", "current")].width_lanes == 8
+        assert links[("upstream", "max")].width_lanes == 16
+        assert links[("upstream", "current")].speed_transfers_per_second == 16e9
+
+    def test_throttle_reasons_from_gpu_metrics(self) -> None:
+        cards = read(SYSFS_FIXTURE)
+        assert cards["card1"].throttle_reasons == frozenset()
+        assert cards["card2"].throttle_reasons == {"power", "thermal_junction"}
+
+    def test_energy_only_where_the_counter_is_valid(self) -> None:
+        cards = read(SYSFS_FIXTURE)
+        assert cards["card1"].energy_joules == pytest.approx(123456789 * 15.259e-6)
+        assert cards["card2"].energy_joules is None  # 0: deprecated by newer PMFW
+
+
+class TestBrokenInput:
+    def test_truncated_gpu_metrics_loses_only_throttle_and_energy(
+        self, sysfs_root: Path, caplog: pytest.LogCaptureFixture
+    ) -> None:
+        path = card_device(sysfs_root, "card1") / "gpu_metrics"
+        path.write_bytes(path.read_bytes()[:60])
+        card = read(sysfs_root)["card1"]
+        assert card.throttle_reasons is None and card.energy_joules is None
+        assert card.temperatures_celsius["junction"] == 88.0
+        assert "gpu_metrics" in caplog.text
+
+    def test_unknown_gpu_metrics_revision_is_absent_not_guessed(self, sysfs_root: Path) -> None:
+        path = card_device(sysfs_root, "card2") / "gpu_metrics"
+        blob = bytearray(path.read_bytes())
+        blob[2:4] = bytes([2, 9])  # format 2, content 9
+        path.write_bytes(bytes(blob))
+        cards = read(sysfs_root)
+        assert cards["card2"].throttle_reasons is None
+        assert cards["card1"].throttle_reasons == frozenset()
+
+    def test_non_numeric_hwmon_file_drops_that_reading_only(self, sysfs_root: Path) -> None:
+        (hwmon_dir(sysfs_root, "card1") / "temp2_input").write_text("garbage\n")
+        card = read(sysfs_root)["card1"]
+        assert "junction" not in card.temperatures_celsius
+        assert card.temperatures_celsius["edge"] == 66.0
+        assert card.power_watts == 287.0
+
+    def test_unreadable_file_is_absent_and_logged_once(
+        self, sysfs_root: Path, caplog: pytest.LogCaptureFixture
+    ) -> None:
+        # A directory where a file should be fails to read like EPERM does: an OSError.
+        busy = card_device(sysfs_root, "card1") / "gpu_busy_percent"
+        busy.unlink()
+        busy.mkdir()
+        reader = AmdgpuSysfs(sysfs_root)
+        with caplog.at_level(logging.WARNING):
+            for _ in range(3):
+                card = {c.card: c for c in reader.read_cards()}["card1"]
+        assert card.busy_ratio is None
+        assert caplog.text.count("gpu_busy_percent") == 1
+
+    def test_garbage_dpm_table_drops_the_clock_max(self, sysfs_root: Path) -> None:
+        (card_device(sysfs_root, "card1") / "pp_dpm_sclk").write_text("\x00\xff garbage\n")
+        card = read(sysfs_root)["card1"]
+        assert "sclk" not in card.clock_max_hertz
+        assert card.clocks_hertz["sclk"] == 2.25e9  # hwmon freq1_input still reads
+
+    def test_out_of_range_percentage_is_absent(self, sysfs_root: Path) -> None:
+        (card_device(sysfs_root, "card2") / "gpu_busy_percent").write_text("250\n")
+        assert read(sysfs_root)["card2"].busy_ratio is None
+
+    def test_card_that_vanishes_keeps_its_identity_with_present_false(
+        self, sysfs_root: Path
+    ) -> None:
+        reader = AmdgpuSysfs(sysfs_root)
+        assert all(c.present for c in reader.read_cards())
+        remove_card(sysfs_root, "card2")
+        cards = {c.card: c for c in reader.read_cards()}
+        assert cards["card1"].present
+        gone = cards["card2"]
+        assert (gone.present, gone.pci_bus, gone.unique_id) == (
+            False, "0000:0a:00.0", "1b7e04c2d95a3f60")
+        assert gone.temperatures_celsius == {}
+
+    def test_missing_root_raises_a_clear_error(self, tmp_path: Path) -> None:
+        with pytest.raises(SourceError, match="class/drm"):
+            AmdgpuSysfs(tmp_path / "nope").read_cards()

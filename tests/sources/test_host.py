@@ -1,0 +1,99 @@
+"""The host source against this machine's /proc and against a written proc tree."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import psutil
+import pytest
+
+from exporter.sim.procfs import GIB, PAGE, HostSpec, write_proc
+from exporter.sources.base import SourceError
+from exporter.sources.host import HostSource, cpu_temperatures
+
+# Memory moves between two reads on a busy machine; this is generous but far
+# below any real discrepancy (a unit error would be off by 1024x).
+TOLERANCE_BYTES = 256 * 1024 * 1024
+
+
+def meminfo_bytes(key: str) -> int:
+    for line in Path("/proc/meminfo").read_text().splitlines():
+        name, value = line.split(":", 1)
+        if name == key:
+            return int(value.split()[0]) * 1024
+    raise KeyError(key)
+
+
+def vmstat(key: str) -> int:
+    for line in Path("/proc/vmstat").read_text().splitlines():
+        name, value = line.split()
+        if name == key:
+            return int(value)
+    raise KeyError(key)
+
+
+class TestAgainstThisMachine:
+    def test_memory_and_swap_agree_with_proc(self) -> None:
+        reading = HostSource().read_now()
+        assert reading.memory_total_bytes == meminfo_bytes("MemTotal")
+        assert reading.memory_available_bytes == pytest.approx(
+            meminfo_bytes("MemAvailable"), abs=TOLERANCE_BYTES)
+        assert reading.swap_total_bytes == meminfo_bytes("SwapTotal")
+        swap_used = meminfo_bytes("SwapTotal") - meminfo_bytes("SwapFree")
+        assert reading.swap_used_bytes == pytest.approx(swap_used, abs=TOLERANCE_BYTES)
+        assert reading.swap_in_bytes_total == pytest.approx(vmstat("pswpin") * PAGE, abs=GIB)
+        assert reading.swap_out_bytes_total == pytest.approx(vmstat("pswpout") * PAGE, abs=GIB)
+
+    def test_memory_pressure_agrees_with_proc_where_the_kernel_has_psi(self) -> None:
+        psi = Path("/proc/pressure/memory")
+        reading = HostSource().read_now()
+        if not psi.exists():
+            assert reading.pressure_stall_seconds_total == {}
+            return
+        totals = {
+            line.split()[0]: int(line.rsplit("total=", 1)[1]) / 1e6
+            for line in psi.read_text().splitlines()
+        }
+        assert set(reading.pressure_stall_seconds_total) == {"some", "full"}
+        for kind, seconds in totals.items():
+            # The counters only grow: the exporter's read came after ours.
+            assert reading.pressure_stall_seconds_total[kind] >= seconds
+            assert reading.pressure_stall_seconds_total[kind] - seconds < 5
+
+    def test_cpu_temperature_matches_psutil(self) -> None:
+        chips = psutil.sensors_temperatures()
+        temperatures = cpu_temperatures()
+        if not any(chip in chips for chip in ("k10temp", "zenpower", "coretemp", "cpu_thermal")):
+            assert temperatures == {}
+        else:
+            assert temperatures and all(0 < t < 150 for t in temperatures.values())
+
+
+class TestWrittenProcTree:
+    def test_values_in_bytes_and_seconds(self, tmp_path: Path) -> None:
+        spec = HostSpec(swap_in_pages=10, swap_out_pages=2500, pressure_some_us=4_500_000,
+                        pressure_full_us=1_200_000)
+        write_proc(tmp_path, spec)
+        reading = asyncio.run(HostSource(str(tmp_path)).read())
+        assert reading.memory_total_bytes == 64 * GIB
+        assert reading.memory_available_bytes == 19 * GIB
+        assert reading.swap_used_bytes == spec.swap_used_bytes
+        assert reading.swap_in_bytes_total == 10 * PAGE
+        assert reading.swap_out_bytes_total == 2500 * PAGE
+        assert reading.pressure_stall_seconds_total == {"some": 4.5, "full": 1.2}
+
+    def test_kernel_without_psi_has_no_pressure_readings(self, tmp_path: Path) -> None:
+        write_proc(tmp_path, HostSpec(pressure_some_us=None))
+        assert HostSource(str(tmp_path)).read_now().pressure_stall_seconds_total == {}
+
+    def test_garbage_pressure_lines_are_skipped(self, tmp_path: Path) -> None:
+        write_proc(tmp_path, HostSpec())
+        (tmp_path / "pressure" / "memory").write_text(
+            "some avg10=0.00 total=oops\nfull avg10=0.00 avg60=0.00 avg300=0.00 total=7000000\n")
+        stalls = HostSource(str(tmp_path)).read_now().pressure_stall_seconds_total
+        assert stalls == {"full": 7.0}
+
+    def test_missing_meminfo_is_a_source_error(self, tmp_path: Path) -> None:
+        with pytest.raises(SourceError, match="meminfo|No such file"):
+            HostSource(str(tmp_path / "nothing")).read_now()
