@@ -63,7 +63,6 @@ def build_parser() -> argparse.ArgumentParser:
              "probe_interval_seconds=60; repeatable; replaces the file's [[engine]] list",
     )
     parser.add_argument("--version", action="version", version=f"rig-exporter {__version__}")
-    # --collector.gpu/--no-collector.gpu register as two flags; argparse prints both.
     return parser
 
 
