@@ -219,19 +219,20 @@ class _CardFiles:
         self.warn = warn
         self.prefix = prefix
 
-    def binary(self, name: str) -> bytes | None:
-        # gpu_metrics may come back in short reads: read until EOF (amdgpu_pm.c).
+    def binary(self, name: str, quiet: bool = False) -> bytes | None:
         try:
-            with open(self.directory / name, "rb", buffering=0) as f:
-                return f.read()
+            return _read_until_eof(f"{self.directory}/{name}")
         except OSError as exc:
-            self._failed(name, exc, quiet=False)
+            self._failed(name, exc, quiet)
             return None
 
     def text(self, name: str, quiet: bool = False) -> str | None:
+        blob = self.binary(name, quiet)
+        if blob is None:
+            return None
         try:
-            return (self.directory / name).read_text(errors="strict").strip()
-        except (OSError, UnicodeDecodeError) as exc:
+            return blob.decode("ascii").strip()
+        except UnicodeDecodeError as exc:
             self._failed(name, exc, quiet)
             return None
 
@@ -289,3 +290,18 @@ class _CardFiles:
         if isinstance(exc, OSError) and exc.errno in (errno.EPERM, errno.EBUSY, errno.ENODATA):
             reason += " (card suspended or in reset?)"
         self.warn(self.card, self.prefix + name, reason)
+
+
+def _read_until_eof(path: str) -> bytes:
+    """Read a sysfs file with plain syscalls: a scrape reads ~70 of them per card.
+
+    gpu_metrics may come back in short reads, so read until EOF (amdgpu_pm.c).
+    """
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        chunks = []
+        while chunk := os.read(fd, 65536):
+            chunks.append(chunk)
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
