@@ -34,7 +34,7 @@ class GpuSource:
     def from_backend(cls, backend: str, sysfs_root: str) -> GpuSource:
         overlay = None
         if backend in ("auto", "pyrsmi"):
-            rocml = load_rocml()
+            rocml = load_rocml(required=backend == "pyrsmi")
             overlay = PyrsmiOverlay(rocml) if rocml is not None else None
         return cls(AmdgpuSysfs(sysfs_root), overlay)
 

@@ -20,15 +20,19 @@ log = logging.getLogger(__name__)
 _POWER_NOT_AVAILABLE = 65535.0
 
 
-def load_rocml() -> ModuleType | None:
-    """Import pyrsmi and initialise ROCm SMI, or log one line and return None."""
+def load_rocml(required: bool = False) -> ModuleType | None:
+    """Import pyrsmi and initialise ROCm SMI, or log one line and return None.
+
+    `required` (backend = "pyrsmi") makes that line a warning: the owner asked for it.
+    """
     try:
         from pyrsmi import rocml
 
         rocml.smi_initialize()
     except Exception as exc:  # pyrsmi raises RuntimeError, KeyError, AttributeError, its own
-        log.info("pyrsmi unavailable, reading GPUs from sysfs alone: %s: %s",
-                 type(exc).__name__, exc)
+        log.log(logging.WARNING if required else logging.INFO,
+                "pyrsmi unavailable, reading GPUs from sysfs alone: %s: %s",
+                type(exc).__name__, exc)
         return None
     log.info("pyrsmi loaded: utilisation, VRAM, power and fan come from ROCm SMI")
     return rocml
