@@ -165,15 +165,16 @@ rig_probe_max_token_gap_seconds >= {stall}
             "RigDecodeStarvation",
             "critical",
             # The wedge: vllm#46811 saw running read 0 during a real hang, so
-            # "running > 0 and no decode" alone misses it.
+            # "running > 0 and no decode" alone misses it. Held for longer than
+            # a legitimate cold prefill, which also shows running = 0.
             f"""
-min_over_time(rig_engine_queued_requests[{wedged}]) > 0
+rig_engine_queued_requests > 0
 and on({ENGINE})
-max_over_time(rig_engine_running_requests[{wedged}]) == 0
+rig_engine_running_requests == 0
 and on({ENGINE})
-increase(rig_engine_decode_batches_total[{wedged}]) == 0
+increase(rig_engine_decode_batches_total[1m]) == 0
 """,
-            t.decode_starvation_for_seconds,
+            t.engine_wedged_seconds,
             f"Running requests got no decode progress for {stall}s or more.",
             ENGINE_SUBJECT + " has had {{ $value }} queued requests for " + wedged
             + " with none running and no decode batch: the scheduler is wedged.",
