@@ -14,6 +14,8 @@ from prometheus_client import CollectorRegistry, generate_latest
 
 from exporter.collector import RigCollector
 from exporter.config import Config
+from exporter.engines.probe import ProbeSource
+from exporter.engines.source import EngineSource
 from exporter.sources.base import Snapshot, Source, SourceRunner
 from exporter.sources.gpu import GpuSource
 from exporter.sources.host import HostSource
@@ -34,6 +36,16 @@ def build_sources(config: Config) -> list[Source]:
         sources.append(GpuSource.from_backend(config.gpu.backend, config.gpu.sysfs_root))
     if config.host.enabled:
         sources.append(HostSource(config.host.proc_root))
+    for engine_config in config.engines:
+        engine = EngineSource(engine_config)
+        sources.append(engine)
+        # The probe speaks SGLang's /generate stream; it starts after its engine
+        # (start order is list order), whose session it shares.
+        if engine_config.probe_interval_seconds > 0 and engine_config.kind == "sglang":
+            sources.append(ProbeSource(engine))
+        elif engine_config.probe_interval_seconds > 0:
+            log.warning("engine %s: no stream probe for kind %s (SGLang only)",
+                        engine_config.name, engine_config.kind)
     return sources
 
 

@@ -1,0 +1,120 @@
+"""Engine and probe families from EngineReading and ProbeReading.
+
+    rig_engine_info{engine="sglang",name="main",version="0.5.23",model="Qwen3.8-27B-W4A16",...} 1.0
+    rig_engine_running_requests{engine="sglang",name="main"} 2.0
+    rig_engine_cache_hit_tokens_total{engine="sglang",name="main",tier="L2"} 29499.0
+    rig_engine_decode_stall_seconds{engine="sglang",name="main"} 0.0
+    rig_probe_success{engine="sglang",name="main"} 1.0
+    rig_probe_token_gap_seconds_bucket{engine="sglang",name="main",le="0.05"} 31.0
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+
+from prometheus_client.core import HistogramMetricFamily
+from prometheus_client.metrics_core import Metric
+
+from exporter.collector.families import PREFIX, counter, families, gauge
+from exporter.engines.mapping import TABLES
+from exporter.engines.probe import ProbeReading
+from exporter.engines.source import EngineReading
+
+LABELS = ("engine", "name")
+
+DOCS = {
+    "running_requests": "Requests in the running (decoding) batch.",
+    "queued_requests": "Requests waiting in the queue.",
+    "kv_usage_ratio": "KV pool usage, 0-1 (the max over ranks).",
+    "kv_capacity_tokens": "KV pool capacity in tokens (one per DP group; TP ranks not added).",
+    "prompt_tokens_total": "Prompt tokens of finished requests.",
+    "generation_tokens_total": "Generated tokens.",
+    "cache_hit_tokens_total": "Prompt tokens served from cache, by tier: "
+                              "L1 GPU, L2 host RAM, L3 storage.",
+    "hicache_host_used_tokens": "Tokens held in the HiCache host (L2) pool.",
+    "hicache_host_capacity_tokens": "Capacity of the HiCache host (L2) pool in tokens.",
+    "hicache_evicted_tokens_total": "Device (L1) KV slots freed by eviction.",
+    "hicache_loaded_back_tokens_total": "Tokens loaded back from host (L2) to GPU (L1).",
+    "hicache_backed_up_tokens_total": "Tokens backed up from GPU (L1) to host (L2).",
+    "hicache_storage_prefetched_tokens_total": "Tokens prefetched from storage (L3) to host.",
+    "hicache_storage_written_tokens_total": "Tokens written from host (L2) to storage (L3).",
+    "retracted_requests_total": "Requests retracted (preempted) to free KV space.",
+    "decode_batches_total": "Decode batches run (forward passes in decode mode).",
+    "time_to_first_token_seconds": "Time to first token, as the engine measures it.",
+    "inter_token_latency_seconds": "Inter-token latency, as the engine measures it; it "
+                                   "spreads a stall over the tokens after it.",
+}
+
+
+@families.register
+def _(reading: EngineReading) -> Iterator[Metric]:
+    ids = [reading.kind, reading.name]
+    if reading.info is not None:
+        info = reading.info
+        names = list(info.__dataclass_fields__)
+        family = gauge("engine_info", "The engine's version, model and scheduling flags; "
+                       "the value is always 1.", [*LABELS, *names])
+        family.add_metric([*ids, *(getattr(info, n) for n in names)], 1.0)
+        yield family
+    rules = TABLES[reading.kind].rules
+    metrics = reading.metrics
+    for rule in rules:
+        name, doc = f"engine_{rule.family}", DOCS[rule.family]
+        if rule.family in metrics.values:
+            family = (counter if rule.type == "counter" else gauge)(name, doc, LABELS)
+            family.add_metric(ids, metrics.values[rule.family])
+            yield family
+        elif rule.family in metrics.tiers:
+            family = counter(name, doc, [*LABELS, "tier"])
+            for tier, value in metrics.tiers[rule.family].items():
+                family.add_metric([*ids, tier], value)
+            yield family
+        elif rule.family in metrics.histograms:
+            histogram = metrics.histograms[rule.family]
+            family = HistogramMetricFamily(PREFIX + name, doc, labels=LABELS)
+            family.add_metric(ids, list(histogram.buckets), histogram.sum)
+            yield family
+    if reading.stall is not None:
+        yield from _stall_families(ids, reading)
+
+
+def _stall_families(ids: list[str], reading: EngineReading) -> Iterable[Metric]:
+    assert reading.stall is not None
+    current = gauge("engine_decode_stall_seconds",
+                    "Length of the decode stall under way (requests running, no decode "
+                    "batch); 0 while decoding.", LABELS)
+    current.add_metric(ids, reading.stall.current_seconds)
+    longest = gauge("engine_decode_stall_max_seconds",
+                    "Longest decode stall in the last 60 s.", LABELS)
+    longest.add_metric(ids, reading.stall.max_recent_seconds)
+    total = counter("engine_decode_stalled_seconds_total",
+                    "Time spent in decode stalls since the exporter started.", LABELS)
+    total.add_metric(ids, reading.stall.total_seconds)
+    return current, longest, total
+
+
+@families.register
+def _(reading: ProbeReading) -> Iterator[Metric]:
+    last = reading.last
+    if last is None:
+        return  # no probe has finished yet
+    ids = [reading.kind, reading.name]
+    success = gauge("probe_success", "1 if the last stream probe finished in time.", LABELS)
+    success.add_metric(ids, 1.0 if last.success else 0.0)
+    yield success
+    for name, doc, value in (
+        ("probe_ttft_seconds", "Last probe: time to the first token.", last.ttft_seconds),
+        ("probe_max_token_gap_seconds", "Last probe: longest gap between frames "
+         "(on a timeout, including the gap still open).", last.max_gap_seconds),
+        ("probe_decode_tokens_per_second", "Last probe: tokens after the first frame "
+         "over the time they took.", last.decode_tokens_per_second),
+    ):
+        if value is not None:
+            family = gauge(name, doc, LABELS)
+            family.add_metric(ids, value)
+            yield family
+    gaps = HistogramMetricFamily(PREFIX + "probe_token_gap_seconds",
+                                 "Every gap between token-bearing stream frames, all probes.",
+                                 labels=LABELS)
+    gaps.add_metric(ids, list(reading.gap_buckets), reading.gap_sum)
+    yield gaps

@@ -1,0 +1,143 @@
+"""The engine source `engine/<name>`: an engine's /metrics at scrape time, normalised.
+
+It owns the engine's one aiohttp session (created in start()), reads
+`/server_info` at start and then hourly for rig_engine_info, and runs the stall
+tracker in the background. A body that is partly valid gives partial data and one
+log line saying what was dropped; a body that cannot be used at all raises
+SourceError, which the runner turns into rig_source_up 0.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from dataclasses import dataclass
+
+import aiohttp
+
+from exporter.config import EngineConfig
+from exporter.engines.exposition import parse
+from exporter.engines.fetch import get_text
+from exporter.engines.info import EngineInfo, fetch_info
+from exporter.engines.mapping import TABLES
+from exporter.engines.normalise import EngineMetrics, normalise, wanted_names
+from exporter.engines.stall import StallPoller, StallState
+from exporter.sources.base import SourceError
+
+log = logging.getLogger(__name__)
+
+INFO_REFRESH_SECONDS = 3600.0
+# An engine that was down when the exporter started is asked again this often.
+INFO_RETRY_SECONDS = 60.0
+INFO_TIMEOUT_SECONDS = 30.0
+
+
+@dataclass
+class EngineReading:
+    kind: str
+    name: str
+    metrics: EngineMetrics
+    info: EngineInfo | None
+    stall: StallState | None
+
+
+class EngineSource:
+    def __init__(self, config: EngineConfig) -> None:
+        self.config = config
+        self.name = f"engine/{config.name}"
+        self.table = TABLES[config.kind]
+        self._wanted = wanted_names(self.table, self.table.rules)
+        self.session: aiohttp.ClientSession | None = None
+        self.stall: StallPoller | None = None
+        self._stall_task: asyncio.Task[None] | None = None
+        self._info: EngineInfo | None = None
+        self._info_task: asyncio.Task[None] | None = None
+        self._info_asked_at = -INFO_RETRY_SECONDS
+        self._info_error: str | None = None
+        self._problems: tuple[str, ...] = ()
+
+    async def start(self) -> None:
+        # One session per engine, shared by scrapes, the stall tracker and the probe.
+        self.session = aiohttp.ClientSession(
+            timeout=aiohttp.ClientTimeout(total=None, sock_connect=5.0),
+            connector=aiohttp.TCPConnector(limit=8),
+        )
+        self._refresh_info_if_due()
+        if self.config.stall_tracker:
+            self.stall = StallPoller(self.read_metrics_text, self.table,
+                                     self.config.stall_poll_interval_seconds)
+            self._stall_task = asyncio.create_task(self.stall.run(),
+                                                   name=f"stall tracker {self.config.name}")
+
+    async def close(self) -> None:
+        for task in (self._stall_task, self._info_task):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+        if self.session is not None:
+            await self.session.close()
+
+    async def read_metrics_text(self) -> str:
+        if self.session is None:
+            raise SourceError("engine source not started")
+        return await get_text(self.session, self.config.url + "/metrics")
+
+    async def read(self) -> EngineReading:
+        self._refresh_info_if_due()
+        text = await self.read_metrics_text()
+        problems: list[str] = []
+        text, newline, tail = text.rpartition("\n")
+        if tail:
+            if not newline:
+                text = tail  # one line, no newline at all: parse what there is
+            else:
+                problems.append(f"body does not end with a newline (cut short?): "
+                                f"last line dropped: {tail[:80]!r}")
+        exposition = parse(text, self._wanted)
+        if exposition.type_lines == 0:
+            raise SourceError(f"GET {self.config.url}/metrics: no '# TYPE' line, not a "
+                              f"Prometheus exposition: {text[:80]!r}")
+        metrics = normalise(exposition, self.table)
+        if exposition.malformed:
+            family, line = exposition.malformed[0]
+            problems.append(f"{len(exposition.malformed)} malformed line(s) skipped, "
+                            f"first in {family}: {line[:120]!r}")
+        metrics.problems[:0] = problems
+        self._log_problems(tuple(metrics.problems))
+        stall = self.stall.state() if self.stall is not None else None
+        return EngineReading(self.config.kind, self.config.name, metrics, self._info, stall)
+
+    def _log_problems(self, problems: tuple[str, ...]) -> None:
+        # Once per change, not once per scrape.
+        if problems != self._problems:
+            self._problems = problems
+            if problems:
+                log.warning("engine %s: partial data: %s", self.config.name, "; ".join(problems))
+            else:
+                log.info("engine %s: body fully usable again", self.config.name)
+
+    def _refresh_info_if_due(self) -> None:
+        if self._info_task is not None and not self._info_task.done():
+            return
+        age = time.monotonic() - self._info_asked_at
+        if age < (INFO_RETRY_SECONDS if self._info is None else INFO_REFRESH_SECONDS):
+            return
+        self._info_asked_at = time.monotonic()
+        self._info_task = asyncio.create_task(self._refresh_info())
+
+    async def _refresh_info(self) -> None:
+        assert self.session is not None
+        try:
+            self._info = await asyncio.wait_for(
+                fetch_info(self.session, self.config.url, self.config.kind),
+                INFO_TIMEOUT_SECONDS)
+        except (SourceError, TimeoutError) as exc:
+            error = str(exc) or f"no answer within {INFO_TIMEOUT_SECONDS:g} s"
+            if error != self._info_error:
+                log.warning("engine %s: no server info: %s", self.config.name, error)
+            self._info_error = error
+        else:
+            self._info_error = None
