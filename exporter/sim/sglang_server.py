@@ -149,6 +149,8 @@ class SimServer:
         self.app.router.add_post("/generate", self.generate)
         self._runner: web.AppRunner | None = None
         self.url = ""
+        #: The JSON bodies /generate received, for tests to check what a client sent.
+        self.generate_requests: list[dict] = []
 
     async def start(self, host: str = "127.0.0.1", port: int = 0) -> str:
         self._runner = web.AppRunner(self.app, shutdown_timeout=0.5)
@@ -183,7 +185,7 @@ class SimServer:
         if fault == Fault.MALFORMED:
             body = _break_lines(body)
         if fault == Fault.CUT_MID_LINE:
-            return web.Response(body=body[: len(body) // 2 + 7])
+            return web.Response(body=body[: int(len(body) * self.state.cut_at_fraction)])
         if fault == Fault.TRUNCATED:
             return await self._truncated(request, body)
         if fault == Fault.SLOW_BODY:
@@ -205,6 +207,7 @@ class SimServer:
         """SSE frames `data: {json}` with cumulative text and completion_tokens, then
         `data: [DONE]` (reference/sglang-metrics.md §7.3)."""
         body = await request.json()
+        self.generate_requests.append(body)
         wanted = int(body.get("sampling_params", {}).get("max_new_tokens", 16))
         script = self.state.stream
         response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
@@ -232,8 +235,9 @@ class SimServer:
         return response
 
     async def _huge(self, request: web.Request) -> web.StreamResponse:
+        # Chunked, with no Content-Length to refuse it by: the client must count.
         response = web.StreamResponse()
-        response.content_length = HUGE_BODY_BYTES
+        response.enable_chunked_encoding()
         await response.prepare(request)
         chunk = b"# padding " + b"x" * (1024 * 1024 - 11) + b"\n"
         for _ in range(HUGE_BODY_BYTES // len(chunk)):

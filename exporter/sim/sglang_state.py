@@ -75,6 +75,7 @@ class SimEngine:
 
     fault: Fault = Fault.NONE
     slow_body_seconds: float = 30.0
+    cut_at_fraction: float = 0.6  # where CUT_MID_LINE stops the body
     stream: StreamScript = field(default_factory=StreamScript)
 
     def __post_init__(self) -> None:

@@ -1,0 +1,152 @@
+"""The engine source over real HTTP: good data, bad input, server info, several engines."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from exporter.config import Config, GpuConfig, HostConfig
+from exporter.engines.source import EngineSource
+from exporter.runtime import Exporter
+from exporter.sim.sglang_server import load_template, render_metrics
+from exporter.sim.sglang_state import Fault, SimEngine
+from exporter.sources.base import SourceRunner
+from tests.engines.helpers import engine_config, running_sim
+
+HEALTHY = dict(queued=1, token_usage=0.9, hicache_host_used_tokens=318900,
+               hicache_host_total_tokens=319193, cached_tokens={"device": 120, "host": 30})
+
+
+def sim_state(**changes: object) -> SimEngine:
+    state = SimEngine(**{**HEALTHY, **changes})  # type: ignore[arg-type]
+    state.running = 2
+    return state
+
+
+async def scrape(faulty: SimEngine, deadline: float = 1.5) -> tuple[dict, str]:
+    """One exporter with a faulty engine `bad` and a healthy engine `good`; render once."""
+    async with running_sim(faulty) as bad, running_sim(sim_state()) as good:
+        config = Config(
+            gpu=GpuConfig(enabled=False), host=HostConfig(enabled=False),
+            engines=(engine_config(bad.url, name="bad", stall_tracker=False),
+                     engine_config(good.url, name="good", stall_tracker=False)),
+        )
+        exporter = Exporter(config)
+        exporter.runner = SourceRunner(exporter.sources, deadline)
+        await exporter.start()
+        try:
+            await asyncio.sleep(0.1)
+            text = exporter.render(await exporter.snapshot()).decode()
+        finally:
+            await exporter.close()
+    samples = {}
+    for family in text_string_to_metric_families(text):
+        for s in family.samples:
+            key = (s.name, s.labels.get("source") or s.labels.get("name"), s.labels.get("tier"))
+            samples[key] = s.value
+    return samples, text
+
+
+DOWN = [
+    (Fault.HTTP_500, "HTTP 500"),
+    (Fault.HANG, "no answer within"),
+    (Fault.SLOW_BODY, "no answer within"),
+    (Fault.TRUNCATED, "cut short"),
+    (Fault.REFUSE, "ServerDisconnectedError"),
+    (Fault.NON_UTF8, "not UTF-8"),
+    (Fault.HUGE, "over the 8388608-byte limit"),
+    (Fault.GARBAGE, "not a Prometheus exposition"),
+]
+
+
+@pytest.mark.parametrize(("fault", "reason"), DOWN, ids=[f.value for f, _ in DOWN])
+def test_bad_input_is_source_down_with_a_reason(fault, reason, caplog):
+    caplog.set_level(logging.WARNING)
+    samples, _ = asyncio.run(scrape(sim_state(fault=fault)))
+    assert samples[("rig_source_up", "engine/bad", None)] == 0.0
+    assert ("rig_engine_running_requests", "bad", None) not in samples
+    # The other engine is untouched.
+    assert samples[("rig_source_up", "engine/good", None)] == 1.0
+    assert samples[("rig_engine_running_requests", "good", None)] == 2.0
+    assert any("engine/bad" in r.getMessage() and reason in r.getMessage()
+               for r in caplog.records), [r.getMessage() for r in caplog.records]
+
+
+def test_malformed_lines_give_partial_data(caplog):
+    caplog.set_level(logging.WARNING)
+    samples, _ = asyncio.run(scrape(sim_state(fault=Fault.MALFORMED)))
+    assert samples[("rig_source_up", "engine/bad", None)] == 1.0
+    # The spoilt running-requests line is the only one (TP rank 0 reports it): absent.
+    assert ("rig_engine_running_requests", "bad", None) not in samples
+    # The decode-batch line of one TP rank is spoilt; the other rank repeats the count.
+    assert samples[("rig_engine_decode_batches_total", "bad", None)] > 0
+    assert samples[("rig_engine_queued_requests", "bad", None)] == 1.0
+    assert any("partial data" in r.getMessage() and "2 malformed line(s)" in r.getMessage()
+               for r in caplog.records)
+
+
+def test_body_cut_mid_line_gives_partial_data(caplog):
+    caplog.set_level(logging.WARNING)
+    state = sim_state(fault=Fault.CUT_MID_LINE)
+    samples, _ = asyncio.run(scrape(state))
+    assert samples[("rig_source_up", "engine/bad", None)] == 1.0
+    # What the served part holds: complete lines before the cut.
+    body = render_metrics(state, load_template())
+    served = body[: int(len(body) * state.cut_at_fraction)].rpartition("\n")[0]
+    for family, upstream in (("rig_engine_running_requests", "sglang:num_running_reqs{"),
+                             ("rig_engine_cache_hit_tokens_total", "sglang:cached_tokens_total{")):
+        present = any(key[:2] == (family, "bad") for key in samples)
+        assert present == (upstream in served), family
+    assert samples.get(("rig_engine_cache_hit_tokens_total", "bad", "L2")) == 30
+    assert any("does not end with a newline" in r.getMessage() for r in caplog.records)
+
+
+def test_healthy_engine_families_and_info():
+    samples, text = asyncio.run(scrape(sim_state()))
+    engine = {k: v for k, v in samples.items() if k[1] == "bad"}
+    # TP=2 in the simulator: capacity is one rank's value, never doubled.
+    assert engine[("rig_engine_kv_capacity_tokens", "bad", None)] == 219005
+    assert engine[("rig_engine_cache_hit_tokens_total", "bad", "L2")] == 30
+    assert engine[("rig_engine_hicache_host_used_tokens", "bad", None)] == 318900
+    info = next(s for f in text_string_to_metric_families(text) for s in f.samples
+                if s.name == "rig_engine_info" and s.labels["name"] == "bad")
+    assert info.labels["version"] == "0.5.23"
+    assert info.labels["tp_size"] == "2"
+    assert info.labels["hicache"] == "true"
+    assert info.labels["engine"] == "sglang"
+
+
+def test_server_info_falls_back_to_get_server_info():
+    async def scenario():
+        async with running_sim(sim_state(legacy_info_only=True)) as server:
+            source = EngineSource(engine_config(server.url, stall_tracker=False))
+            await source.start()
+            try:
+                for _ in range(50):
+                    reading = await source.read()
+                    if reading.info is not None:
+                        return reading.info
+                    await asyncio.sleep(0.02)
+            finally:
+                await source.close()
+
+    info = asyncio.run(scenario())
+    assert info is not None and info.model == "Qwen3.8-27B-W4A16"
+
+
+def test_unreachable_engine():
+    async def scenario():
+        source = EngineSource(engine_config("http://127.0.0.1:9", stall_tracker=False))
+        await source.start()
+        try:
+            runner = SourceRunner([source], 2.0)
+            return (await runner.snapshot()).results[0]
+        finally:
+            await source.close()
+
+    result = asyncio.run(scenario())
+    assert not result.up
+    assert "ClientConnectorError" in (result.error or "")

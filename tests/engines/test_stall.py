@@ -1,0 +1,157 @@
+"""The decode stall tracker: in simulated time against the simulator, and once in real time.
+
+The simulated-time tests share one fake clock between the simulated engine (whose
+decode batches advance with it) and the tracker, and poll over real loopback HTTP
+every 0.25 simulated seconds, so a 47 s pause costs well under a second.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+
+import aiohttp
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from exporter.config import Config, GpuConfig, HostConfig
+from exporter.engines.fetch import get_text
+from exporter.engines.mapping import SGLANG
+from exporter.engines.stall import DecodeStallTracker, StallPoller, StallState
+from exporter.runtime import Exporter
+from exporter.sim.sglang_state import Fault, SimEngine
+from tests.engines.helpers import engine_config, running_sim
+
+TICK = 0.25
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+Events = dict[float, Callable[[SimEngine], None]]
+
+
+def simulate(seconds: float, events: Events, running: int = 2) -> tuple[StallState, float]:
+    """Run the scenario for `seconds` of simulated time; return the final state and the
+    longest `current` stall seen on the way."""
+
+    async def scenario() -> tuple[StallState, float]:
+        clock = FakeClock()
+        state = SimEngine(clock=clock)
+        state.running = running
+        start = clock.now
+        async with running_sim(state) as server, aiohttp.ClientSession() as session:
+            poller = StallPoller(lambda: get_text(session, server.url + "/metrics"), SGLANG,
+                                 TICK, clock=clock)
+            pending = sorted(events.items())
+            longest_current = 0.0
+            while clock.now - start <= seconds:
+                while pending and pending[0][0] <= clock.now - start:
+                    pending.pop(0)[1](state)
+                await poller.poll_once()
+                longest_current = max(longest_current, poller.state().current_seconds)
+                clock.now += TICK
+            return poller.state(), longest_current
+
+    return asyncio.run(scenario())
+
+
+def pause(seconds: float) -> Callable[[SimEngine], None]:
+    return lambda state: state.pause_decode(seconds)
+
+
+@pytest.mark.parametrize("pause_seconds", [47.0, 4.0])
+def test_scripted_pause_with_two_running_requests(pause_seconds):
+    final, longest = simulate(pause_seconds + 10, {3.1: pause(pause_seconds)})
+    assert longest == pytest.approx(pause_seconds, abs=0.5)
+    assert final.max_recent_seconds == pytest.approx(pause_seconds, abs=0.5)
+    assert final.total_seconds == pytest.approx(pause_seconds, abs=0.5)
+    assert final.current_seconds == 0.0  # decode resumed
+
+
+def test_stall_under_way_is_reported_while_it_lasts():
+    final, _ = simulate(20.0, {5.0: pause(100.0)})
+    assert final.current_seconds == pytest.approx(15.0, abs=0.5)
+    assert final.total_seconds == pytest.approx(final.current_seconds)
+
+
+def test_engine_restart_mid_run_is_not_a_stall():
+    final, longest = simulate(20.0, {8.0: SimEngine.restart})
+    assert (longest, final.max_recent_seconds, final.total_seconds) == (0.0, 0.0, 0.0)
+
+
+def test_idle_engine_is_not_stalled():
+    final, longest = simulate(30.0, {}, running=0)
+    assert (longest, final.total_seconds) == (0.0, 0.0)
+
+
+def test_engine_off_the_network_is_not_a_stall():
+    def drop(state: SimEngine) -> None:
+        state.fault = Fault.REFUSE
+        state.pause_decode(15.0)  # nothing decodes while it is gone
+
+    def back(state: SimEngine) -> None:
+        state.fault = Fault.NONE
+
+    final, longest = simulate(30.0, {5.0: drop, 20.0: back})
+    assert (longest, final.total_seconds) == (0.0, 0.0)
+
+
+class TestTrackerRules:
+    def test_max_forgets_stalls_older_than_60_s(self):
+        tracker = DecodeStallTracker()
+        tracker.observe(0.0, 10, running=1)
+        for t in (1.0, 2.0, 3.0):
+            tracker.observe(t, 10, running=1)
+        tracker.observe(4.0, 11, running=1)
+        assert tracker.state(4.0).max_recent_seconds == 3.0
+        assert tracker.state(63.5).max_recent_seconds == 0.0
+        assert tracker.state(63.5).total_seconds == 3.0
+
+    def test_going_idle_ends_a_stall_at_the_last_stalled_poll(self):
+        tracker = DecodeStallTracker()
+        tracker.observe(0.0, 5, running=2)
+        tracker.observe(2.0, 5, running=2)
+        tracker.observe(2.25, 5, running=0)
+        assert tracker.state(2.25) == StallState(0.0, 2.0, 2.0)
+
+    def test_counter_reset_rebaselines(self):
+        tracker = DecodeStallTracker()
+        tracker.observe(0.0, 500, running=2)
+        tracker.observe(0.25, 3, running=2)
+        tracker.observe(0.5, 9, running=2)
+        assert tracker.state(0.5).total_seconds == 0.0
+
+
+def test_real_time_pause_end_to_end():
+    """Real clock, real background task, real exporter render: a 1.5 s pause."""
+
+    async def scenario() -> str:
+        state = SimEngine(token_usage=0.3)
+        state.running = 2
+        async with running_sim(state) as server:
+            config = Config(gpu=GpuConfig(enabled=False), host=HostConfig(enabled=False),
+                            engines=(engine_config(server.url),))
+            exporter = Exporter(config)
+            await exporter.start()
+            try:
+                await asyncio.sleep(0.6)
+                state.pause_decode(1.5)
+                await asyncio.sleep(2.3)
+                return exporter.render(await exporter.snapshot()).decode()
+            finally:
+                await exporter.close()
+
+    text = asyncio.run(scenario())
+    values = {(s.name, s.labels.get("source")): s.value
+              for f in text_string_to_metric_families(text) for s in f.samples}
+    assert values[("rig_source_up", "engine/main")] == 1.0
+    assert values[("rig_engine_decode_stall_max_seconds", None)] == pytest.approx(1.5, abs=0.5)
+    assert values[("rig_engine_decode_stalled_seconds_total", None)] == pytest.approx(1.5,
+                                                                                     abs=0.5)
+    assert values[("rig_engine_decode_stall_seconds", None)] == 0.0
