@@ -176,7 +176,9 @@ increase(rig_engine_decode_batches_total[1m]) == 0
 """,
             t.engine_wedged_seconds,
             f"Running requests got no decode progress for {stall}s or more.",
-            ENGINE_SUBJECT + " has had {{ $value }} queued requests for " + wedged
+            ENGINE_SUBJECT
+            + " has had {{ $value }} queued requests for "
+            + wedged
             + " with none running and no decode batch: the scheduler is wedged.",
             signal="wedged",
         ),
@@ -192,8 +194,14 @@ count_over_time(
 """,
             t.decode_stutter_for_seconds,
             f"Decode keeps pausing for {stutter_lo}-{stall}s.",
-            ENGINE_SUBJECT + " paused decode for " + stutter_lo + "-" + stall
-            + "s in {{ $value }} separate minutes of the last " + stutter_window + ".",
+            ENGINE_SUBJECT
+            + " paused decode for "
+            + stutter_lo
+            + "-"
+            + stall
+            + "s in {{ $value }} separate minutes of the last "
+            + stutter_window
+            + ".",
         ),
         Alert(
             "RigEngineDown",
@@ -216,8 +224,10 @@ label_replace(rig_source_up{source=~"engine/.+"}, "name", "$1", "source", "engin
 """,
             t.engine_wedged_seconds,
             "An engine answers HTTP but cannot serve a request.",
-            ENGINE_SUBJECT + " serves /metrics, yet its stream probe has failed for "
-            + _dur(t.engine_wedged_seconds) + ".",
+            ENGINE_SUBJECT
+            + " serves /metrics, yet its stream probe has failed for "
+            + _dur(t.engine_wedged_seconds)
+            + ".",
         ),
         Alert(
             "RigQueueHeadOfLine",
@@ -229,8 +239,10 @@ rig_engine_running_requests > 0
 """,
             t.queue_wait_seconds,
             f"Requests have waited in the queue for {_dur(t.queue_wait_seconds)}.",
-            ENGINE_SUBJECT + " has kept {{ $value }} requests queued for "
-            + _dur(t.queue_wait_seconds) + " while others run.",
+            ENGINE_SUBJECT
+            + " has kept {{ $value }} requests queued for "
+            + _dur(t.queue_wait_seconds)
+            + " while others run.",
         ),
         Alert(
             "RigKVPoolSaturated",
@@ -238,8 +250,10 @@ rig_engine_running_requests > 0
             f"rig_engine_kv_usage_ratio >= {_num(t.kv_usage_ratio)}",
             t.kv_saturated_for_seconds,
             "The KV cache pool is full or requests are being retracted.",
-            ENGINE_SUBJECT + " has used {{ $value | humanizePercentage }} of its KV pool for "
-            + _dur(t.kv_saturated_for_seconds) + ".",
+            ENGINE_SUBJECT
+            + " has used {{ $value | humanizePercentage }} of its KV pool for "
+            + _dur(t.kv_saturated_for_seconds)
+            + ".",
             signal="usage",
         ),
         Alert(
@@ -249,8 +263,10 @@ rig_engine_running_requests > 0
             f"[{_dur(t.kv_saturated_for_seconds)}]) > 0",
             0,
             "The KV cache pool is full or requests are being retracted.",
-            ENGINE_SUBJECT + " retracted {{ $value | humanize }} running requests in the last "
-            + _dur(t.kv_saturated_for_seconds) + " for lack of KV space.",
+            ENGINE_SUBJECT
+            + " retracted {{ $value | humanize }} running requests in the last "
+            + _dur(t.kv_saturated_for_seconds)
+            + " for lack of KV space.",
             signal="retractions",
         ),
     ]
@@ -298,8 +314,10 @@ and on({ENGINE})
 """,
             t.hicache_recompute_for_seconds,
             "KV cache is thrashing between GPU (L1) and host RAM (L2).",
-            ENGINE_SUBJECT + " recomputed {{ $value | humanize }} prompt tokens in the last "
-            + recompute + " that no cache tier held, while evicting from L1 into a full L2.",
+            ENGINE_SUBJECT
+            + " recomputed {{ $value | humanize }} prompt tokens in the last "
+            + recompute
+            + " that no cache tier held, while evicting from L1 into a full L2.",
             signal="recompute",
         ),
         Alert(
@@ -328,7 +346,9 @@ and on({ENGINE})
 """,
             t.hicache_storage_for_seconds,
             "L3 storage is written but never read back.",
-            ENGINE_SUBJECT + " wrote {{ $value | humanize }} tokens to L3 in the last " + storage
+            ENGINE_SUBJECT
+            + " wrote {{ $value | humanize }} tokens to L3 in the last "
+            + storage
             + " yet prefetched none back while long prompts missed every tier.",
         ),
     ]
@@ -350,7 +370,8 @@ and on({CARD})
 """
     downclock_description = (
         CARD_SUBJECT + " runs its sclk at {{ $value | humanizePercentage }} of its maximum under"
-        " load, with the junction within " + _num(t.gpu_junction_margin_celsius)
+        " load, with the junction within "
+        + _num(t.gpu_junction_margin_celsius)
         + " °C of its limit or a thermal throttle reason set."
     )
     busy = f"and on({CARD})\nrig_gpu_busy_ratio >= {_num(t.gpu_busy_ratio)}"
@@ -383,7 +404,8 @@ and on(job, instance, card, sensor)
             f"A GPU runs within {_num(t.gpu_hot_margin_celsius)} °C of its critical temperature.",
             "The {{ $labels.sensor }} temperature of card {{ $labels.card }} on"
             " {{ $labels.instance }} is {{ $value }} °C, within "
-            + _num(t.gpu_hot_margin_celsius) + " °C of its critical limit.",
+            + _num(t.gpu_hot_margin_celsius)
+            + " °C of its critical limit.",
         ),
         Alert(
             "RigGpuPowerCapped",
@@ -448,7 +470,8 @@ rig_gpu_pcie_link_width_lanes{{kind="current"}}
                 f"count by (job, instance) (rig_gpu_present == 1) < {t.gpu_expected_count}",
                 t.gpu_missing_for_seconds,
                 "A GPU has disappeared.",
-                "Only {{ $value }} of " + str(t.gpu_expected_count)
+                "Only {{ $value }} of "
+                + str(t.gpu_expected_count)
                 + " GPUs are present on {{ $labels.instance }}.",
                 signal="count",
             )

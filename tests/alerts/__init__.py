@@ -1,0 +1,1 @@
+"""Tests of the alert rules, Alertmanager routing and thresholds."""

@@ -1,0 +1,117 @@
+"""Offline lint of the generated rules, after pint's offline checks (anchors.md §5)."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from alerts.generate import RULES_PATH, RUNBOOK_URL
+from tests.alerts.promql_lint import COUNTER_FUNCTIONS, COUNTERS, analyse, schema_labels, seconds
+
+SCRAPE_INTERVAL_SECONDS = 15  # the exporter's documented scrape interval
+RUNBOOK = Path(__file__).resolve().parents[2] / "alerts" / "RUNBOOK.md"
+TEMPLATE_LABEL = re.compile(r"\$labels\.([A-Za-z_][A-Za-z0-9_]*)")
+# DESIGN §5, the alert list.
+DESIGN_ALERTS = {
+    "RigDecodeStarvation",
+    "RigDecodeStuttering",
+    "RigEngineDown",
+    "RigEngineWedged",
+    "RigQueueHeadOfLine",
+    "RigKVPoolSaturated",
+    "RigHiCacheThrash",
+    "RigHiCacheHostPoolFull",
+    "RigHiCacheStorageMisses",
+    "RigGpuThermalDownclock",
+    "RigGpuHot",
+    "RigGpuPowerCapped",
+    "RigGpuMissing",
+    "RigGpuPcieDegraded",
+    "RigHostSwapping",
+    "RigHostMemoryPressure",
+    "RigCpuHot",
+    "RigExporterSourceDown",
+}
+
+
+def _rules() -> list[dict[str, Any]]:
+    groups = yaml.safe_load(RULES_PATH.read_text())["groups"]
+    return [rule for group in groups for rule in group["rules"]]
+
+
+ALERTS = [r for r in _rules() if "alert" in r]
+RECORDS = [r for r in _rules() if "record" in r]
+
+
+def _id(rule: dict[str, Any]) -> str:
+    labels = rule.get("labels", {})
+    return "-".join([rule.get("alert") or rule["record"], *labels.values()])
+
+
+def test_every_design_alert_exists() -> None:
+    assert {r["alert"] for r in ALERTS} == DESIGN_ALERTS
+
+
+@pytest.mark.parametrize("rule", ALERTS, ids=_id)
+def test_alert_name_severity_and_annotations(rule: dict[str, Any]) -> None:
+    assert re.fullmatch(r"Rig[A-Z][A-Za-z]+", rule["alert"])
+    assert rule["labels"]["severity"] in {"critical", "warning", "info"}
+    annotations = rule["annotations"]
+    assert annotations["summary"].endswith(".") and annotations["summary"][0].isupper()
+    assert "{{" not in annotations["summary"], "summary is static so grouped alerts read alike"
+    assert "$value" in annotations["description"] or "$labels" in annotations["description"]
+    assert annotations["runbook_url"] == RUNBOOK_URL + rule["alert"].lower()
+
+
+def test_every_runbook_anchor_exists() -> None:
+    headings = {h.lower() for h in re.findall(r"^## (\S+)\s*$", RUNBOOK.read_text(), re.M)}
+    assert {r["alert"].lower() for r in ALERTS} <= headings
+
+
+@pytest.mark.parametrize("rule", ALERTS, ids=_id)
+def test_alert_has_a_comparison(rule: dict[str, Any]) -> None:
+    # Any series an alert query returns fires: without a comparison it always fires.
+    assert analyse(rule["expr"])[1].comparisons > 0
+
+
+@pytest.mark.parametrize("rule", ALERTS, ids=_id)
+def test_no_value_in_labels(rule: dict[str, Any]) -> None:
+    # A label that changes with the value makes a new alert at every evaluation.
+    assert not any("$value" in v or "{{" in v for v in rule["labels"].values())
+
+
+@pytest.mark.parametrize("rule", ALERTS, ids=_id)
+def test_templates_use_only_labels_the_query_keeps(rule: dict[str, Any]) -> None:
+    kept, _ = analyse(rule["expr"])
+    assert kept is not None and "<unknown>" not in kept
+    used = set(TEMPLATE_LABEL.findall(" ".join(rule["annotations"].values())))
+    assert used <= kept | set(rule["labels"]), f"removed by the query: {used - kept}"
+
+
+@pytest.mark.parametrize("rule", ALERTS + RECORDS, ids=_id)
+def test_selectors_are_schema_metrics_or_recorded(rule: dict[str, Any]) -> None:
+    recorded = {r["record"] for r in RECORDS}
+    for metric in analyse(rule["expr"])[1].metrics:
+        assert schema_labels(metric) is not None or metric in recorded, metric
+        if ":" in metric:
+            assert metric in recorded, f"{metric} is not a recording rule of this file"
+
+
+@pytest.mark.parametrize("rule", ALERTS + RECORDS, ids=_id)
+def test_rate_only_over_schema_counters_with_a_long_enough_range(rule: dict[str, Any]) -> None:
+    for function, argument, window in analyse(rule["expr"])[1].ranges:
+        assert seconds(window.strip("[]").split(":")[0]) >= 2 * SCRAPE_INTERVAL_SECONDS, window
+        if function in COUNTER_FUNCTIONS:
+            metric = argument.split()[0]
+            assert metric.endswith("_total") and metric in COUNTERS, f"{function}({argument})"
+
+
+def test_recording_rule_names_follow_level_metric_operation() -> None:
+    for rule in RECORDS:
+        level, metric, operation = rule["record"].split(":")
+        assert level and operation and metric.startswith("rig_")
+        assert not metric.endswith("_total"), "a rate drops the _total suffix"

@@ -1,0 +1,58 @@
+"""Thresholds.from_mapping: the `[thresholds]` table of the exporter config."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from exporter.thresholds import Thresholds
+
+FIELDS = {f.name: f.type for f in dataclasses.fields(Thresholds)}
+
+
+def _valid(name: str) -> st.SearchStrategy[int | float]:
+    if FIELDS[name] == "int":
+        return st.integers(min_value=0, max_value=10**6)
+    top = 1.0 if name.endswith("_ratio") else 1e9
+    return st.floats(min_value=0, max_value=top) | st.integers(min_value=0, max_value=int(top))
+
+
+@given(st.data())
+def test_valid_tables_round_trip(data: st.DataObject) -> None:
+    names = data.draw(st.sets(st.sampled_from(sorted(FIELDS))))
+    table = {name: data.draw(_valid(name)) for name in names}
+    thresholds = Thresholds.from_mapping(table)
+    for name, value in table.items():
+        assert getattr(thresholds, name) == value
+        assert type(getattr(thresholds, name)).__name__ == FIELDS[name]
+
+
+def test_empty_table_is_the_defaults() -> None:
+    assert Thresholds.from_mapping({}) == Thresholds()
+
+
+@pytest.mark.parametrize(
+    ("table", "fragment"),
+    [
+        ({"kv_usage": 0.9}, "'kv_usage'"),
+        ({"kv_usage_ratio": "0.9"}, "kv_usage_ratio"),
+        ({"kv_usage_ratio": True}, "True"),
+        ({"gpu_expected_count": 1.5}, "1.5"),
+        ({"kv_usage_ratio": 1.5}, "1.5"),
+        ({"cpu_temperature_celsius": -1}, "-1"),
+        ({"cpu_temperature_celsius": float("nan")}, "nan"),
+    ],
+)
+def test_bad_tables_name_the_key_and_value(table: dict[str, object], fragment: str) -> None:
+    key = next(iter(table))
+    with pytest.raises(ValueError) as error:
+        Thresholds.from_mapping(table)
+    assert key in str(error.value) and fragment in str(error.value)
+
+
+def test_thresholds_are_frozen() -> None:
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        Thresholds().kv_usage_ratio = 0.5  # type: ignore[misc]
