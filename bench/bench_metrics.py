@@ -98,7 +98,8 @@ def main() -> None:
     theirs = measure([node_exporter, f"--web.listen-address=127.0.0.1:{port}"],
                      f"http://127.0.0.1:{port}/metrics", args.scrapes)
     report("node_exporter", theirs)
-    print(f"median ratio rig-exporter / node_exporter: {ours['median_ms'] / theirs['median_ms']:.2f}")
+    ratio = ours["median_ms"] / theirs["median_ms"]
+    print(f"median ratio rig-exporter / node_exporter: {ratio:.2f}")
 
 
 if __name__ == "__main__":

@@ -1,6 +1,6 @@
 """Property: on generated expositions, the fast parser gives what prometheus_client gives.
 
-Generated text has every type, escaped label values (backslash, quote, newline,
+Generated text has every type, indented TYPE lines, escaped label values (backslash, quote, newline,
 braces, commas), +Inf/-Inf/NaN, exponents, integers, timestamps, comments, blank
 lines and HELP lines, and the parser is asked for a random subset of families.
 """
@@ -64,7 +64,8 @@ def family_text(draw, index: int) -> tuple[str, list[str]]:
     lines = draw(PADDING)
     if draw(st.booleans()):
         lines.append(f"# HELP {type_name} Help with \"quotes\" and \\\\ backslash.")
-    lines.append(f"# TYPE {type_name} {typ}")
+    # An indented header must still be found when the parser looks families up with find.
+    lines.append(draw(st.sampled_from(["", " ", "\t"])) + f"# TYPE {type_name} {typ}")
     for labels in draw(st.lists(label_sets(), max_size=3)):
         lines.extend(draw(PADDING))
         if typ == "histogram":
