@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -19,7 +18,7 @@ from exporter.sim.amdgpu_sysfs import remove_card
 from exporter.sim.procfs import HostSpec, write_proc
 from exporter.sources.base import SourceError
 from tests.conftest import SYSFS_FIXTURE, card_device, hwmon_dir
-from tests.scrape import get, names, parse_samples, serving, value
+from tests.scrape import free_port, get, names, parse_samples, serving, value
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -173,12 +172,6 @@ def test_landing_page_and_healthy(proc_root: Path) -> None:
     assert 'href="/metrics"' in page
     assert "engine/broken" in page and "HTTP 500" in page
     assert (healthy_status, healthy_body) == (200, "OK\n")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.mark.parametrize("stop_signal", [signal.SIGTERM, signal.SIGINT])
