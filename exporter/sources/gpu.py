@@ -7,11 +7,11 @@ utilisation, VRAM, power and fan on the sysfs reading.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from dataclasses import dataclass, field
 
 from exporter.sources.amdgpu_sysfs import AmdgpuSysfs, CardReading
+from exporter.sources.base import BlockingRead
 from exporter.sources.pyrsmi_overlay import PyrsmiOverlay, load_rocml
 
 log = logging.getLogger(__name__)
@@ -29,6 +29,7 @@ class GpuSource:
     def __init__(self, sysfs: AmdgpuSysfs, overlay: PyrsmiOverlay | None = None) -> None:
         self.sysfs = sysfs
         self.overlay = overlay
+        self._read = BlockingRead(self.read_now, f"GPU read under {sysfs.root}")
 
     @classmethod
     def from_backend(cls, backend: str, sysfs_root: str) -> GpuSource:
@@ -39,7 +40,7 @@ class GpuSource:
         return cls(AmdgpuSysfs(sysfs_root), overlay)
 
     async def read(self) -> GpuReading:
-        return await asyncio.to_thread(self.read_now)
+        return await self._read()
 
     def read_now(self) -> GpuReading:
         cards = self.sysfs.read_cards()

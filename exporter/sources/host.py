@@ -6,14 +6,13 @@ so swap traffic and memory-pressure stalls are the early signs of trouble.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import psutil
 
-from exporter.sources.base import SourceError
+from exporter.sources.base import BlockingRead, SourceError
 
 log = logging.getLogger(__name__)
 
@@ -40,9 +39,10 @@ class HostSource:
     def __init__(self, proc_root: str = "/proc") -> None:
         self.proc_root = Path(proc_root)
         self._psi_missing_logged = False
+        self._read = BlockingRead(self.read_now, f"host read under {proc_root}")
 
     async def read(self) -> HostReading:
-        return await asyncio.to_thread(self.read_now)
+        return await self._read()
 
     def read_now(self) -> HostReading:
         # psutil reads meminfo and vmstat under its module-wide PROCFS_PATH, so a
