@@ -60,9 +60,13 @@ class EngineSource:
 
     async def start(self) -> None:
         # One session per engine, shared by scrapes, the stall tracker and the probe.
+        # Identity encoding: SGLang's /metrics gzips for clients that accept it, and
+        # at 4 polls a second compressing ~500 kB would cost the engine's HTTP process
+        # (and us) far more than the loopback bytes it saves.
         self.session = aiohttp.ClientSession(
             timeout=aiohttp.ClientTimeout(total=None, sock_connect=5.0),
             connector=aiohttp.TCPConnector(limit=8),
+            headers={"Accept-Encoding": "identity"},
         )
         self._refresh_info_if_due()
         if self.config.stall_tracker:

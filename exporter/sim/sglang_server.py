@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gzip
 import json
 import re
 from collections.abc import Callable, Iterator
@@ -151,6 +152,8 @@ class SimServer:
         self.url = ""
         #: The JSON bodies /generate received, for tests to check what a client sent.
         self.generate_requests: list[dict] = []
+        #: How many /metrics answers were gzipped because the client asked for it.
+        self.gzipped_metrics = 0
 
     async def start(self, host: str = "127.0.0.1", port: int = 0) -> str:
         self._runner = web.AppRunner(self.app, shutdown_timeout=0.5)
@@ -190,6 +193,12 @@ class SimServer:
             return await self._truncated(request, body)
         if fault == Fault.SLOW_BODY:
             return await self._slow(request, body)
+        # prometheus_client's ASGI app (SGLang's /metrics) gzips for any client that
+        # accepts it, which costs the engine's HTTP process CPU on every poll.
+        if "gzip" in request.headers.get("Accept-Encoding", ""):
+            self.gzipped_metrics += 1
+            return web.Response(body=gzip.compress(body), content_type="text/plain",
+                                charset="utf-8", headers={"Content-Encoding": "gzip"})
         return web.Response(body=body, content_type="text/plain", charset="utf-8")
 
     async def server_info(self, request: web.Request) -> web.Response:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 
+import aiohttp
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -150,3 +151,29 @@ def test_unreachable_engine():
     result = asyncio.run(scenario())
     assert not result.up
     assert "ClientConnectorError" in (result.error or "")
+
+
+def test_metrics_are_fetched_uncompressed():
+    # SGLang's /metrics gzips for clients that accept it; the exporter's scrapes and
+    # 4 Hz tracker polls must not ask, or the engine compresses ~500 kB four times a second.
+    async def scenario():
+        async with running_sim(sim_state()) as server:
+            # A plain aiohttp client asks for gzip, and gets it.
+            async with aiohttp.ClientSession() as plain_client, \
+                    plain_client.get(server.url + "/metrics") as response:
+                assert response.headers["Content-Encoding"] == "gzip"
+                assert "sglang:num_running_reqs" in await response.text()
+            asked_by_default = server.gzipped_metrics
+            source = EngineSource(engine_config(server.url))
+            await source.start()
+            try:
+                await asyncio.sleep(0.6)  # a few tracker polls
+                reading = await source.read()
+            finally:
+                await source.close()
+            return asked_by_default, server.gzipped_metrics, reading
+
+    asked_by_default, gzipped, reading = asyncio.run(scenario())
+    assert asked_by_default == 1
+    assert gzipped == 1  # nothing the exporter sent asked for gzip
+    assert reading.metrics.values["running_requests"] == 2
