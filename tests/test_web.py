@@ -82,6 +82,15 @@ class TestMetrics:
         for name in names(samples):
             assert ":" not in name and name.startswith("rig_")
 
+    def test_exposition_passes_promtool_lint(self, proc_root: Path) -> None:
+        async def body() -> str:
+            async with serving(exporter_for(SYSFS_FIXTURE, proc_root)) as url:
+                return (await get(url + "/metrics"))[2]
+
+        check = subprocess.run(["promtool", "check", "metrics"], input=asyncio.run(body()),
+                               capture_output=True, text=True)
+        assert check.returncode == 0, check.stdout + check.stderr
+
 
 class TestBrokenFixtures:
     """Each broken variant keeps /metrics at 200 with every other reading intact."""

@@ -25,5 +25,13 @@ class RigCollector(Collector):
     def collect(self) -> Iterator[Metric]:
         # Source health first, so a failed source shows up instead of vanishing.
         yield from rig_families(self.snapshot)
+        # Two engines (or probes) each build rig_engine_* families: merge them by
+        # name, since Prometheus rejects a scrape that names a family twice.
+        merged: dict[str, Metric] = {}
         for reading in self.snapshot.readings():
-            yield from families(reading)
+            for family in families(reading):
+                if family.name in merged:
+                    merged[family.name].samples.extend(family.samples)
+                else:
+                    merged[family.name] = family
+        yield from merged.values()

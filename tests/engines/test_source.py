@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import subprocess
 
 import aiohttp
 import pytest
@@ -177,3 +178,15 @@ def test_metrics_are_fetched_uncompressed():
     assert asked_by_default == 1
     assert gzipped == 1  # nothing the exporter sent asked for gzip
     assert reading.metrics.values["running_requests"] == 2
+
+
+def test_two_engines_pass_promtool_check_metrics():
+    # Each engine builds its own rig_engine_* families; the exposition must still name
+    # each family once, or Prometheus rejects the whole scrape.
+    samples, text = asyncio.run(scrape(sim_state()))
+    assert samples[("rig_engine_running_requests", "bad", None)] == 2.0
+    assert samples[("rig_engine_running_requests", "good", None)] == 2.0
+    assert text.count("# TYPE rig_engine_running_requests gauge") == 1
+    check = subprocess.run(["promtool", "check", "metrics"], input=text,
+                           capture_output=True, text=True)
+    assert check.returncode == 0, check.stdout + check.stderr
