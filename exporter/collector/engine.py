@@ -19,6 +19,7 @@ from exporter.collector.families import PREFIX, counter, families, gauge
 from exporter.engines.mapping import TABLES
 from exporter.engines.probe import ProbeReading
 from exporter.engines.source import EngineReading
+from exporter.engines.stall import StallState
 
 LABELS = ("engine", "name")
 
@@ -75,21 +76,20 @@ def _(reading: EngineReading) -> Iterator[Metric]:
             family.add_metric(ids, list(histogram.buckets), histogram.sum)
             yield family
     if reading.stall is not None:
-        yield from _stall_families(ids, reading)
+        yield from _stall_families(ids, reading.stall)
 
 
-def _stall_families(ids: list[str], reading: EngineReading) -> Iterable[Metric]:
-    assert reading.stall is not None
+def _stall_families(ids: list[str], stall: StallState) -> Iterable[Metric]:
     current = gauge("engine_decode_stall_seconds",
                     "Length of the decode stall under way (requests running, no decode "
                     "batch); 0 while decoding.", LABELS)
-    current.add_metric(ids, reading.stall.current_seconds)
+    current.add_metric(ids, stall.current_seconds)
     longest = gauge("engine_decode_stall_max_seconds",
                     "Longest decode stall in the last 60 s.", LABELS)
-    longest.add_metric(ids, reading.stall.max_recent_seconds)
+    longest.add_metric(ids, stall.max_recent_seconds)
     total = counter("engine_decode_stalled_seconds_total",
                     "Time spent in decode stalls since the exporter started.", LABELS)
-    total.add_metric(ids, reading.stall.total_seconds)
+    total.add_metric(ids, stall.total_seconds)
     return current, longest, total
 
 

@@ -11,8 +11,6 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-TIERS = ("L1", "L2", "L3")
-
 
 @dataclass(frozen=True)
 class Upstream:

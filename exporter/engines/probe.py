@@ -77,7 +77,6 @@ class ProbeReading:
     last: ProbeResult | None
     gap_buckets: tuple[tuple[str, float], ...]
     gap_sum: float
-    probes: int
 
 
 def probe_prompt(configured: str) -> str:
@@ -94,7 +93,6 @@ class StreamProbe:
         self.clock = clock
         self.gaps = GapHistogram()
         self.last: ProbeResult | None = None
-        self.probes = 0
         self._lock = asyncio.Lock()
 
     async def probe_once(self) -> ProbeResult:
@@ -103,7 +101,6 @@ class StreamProbe:
         async with self._lock:
             result = await self._measure()
         self.last = result
-        self.probes += 1
         for gap in result.gaps_seconds:
             self.gaps.observe(gap)
         if not result.success:
@@ -224,4 +221,4 @@ class ProbeSource:
             raise SourceError(f"probe task stopped: {self._task.exception()!r}")
         probe = self.probe
         return ProbeReading(self.engine.config.kind, self.engine.config.name, probe.last,
-                            tuple(probe.gaps.buckets()), probe.gaps.sum, probe.probes)
+                            tuple(probe.gaps.buckets()), probe.gaps.sum)

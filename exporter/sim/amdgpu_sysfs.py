@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 import struct
 import sys
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 
 ALL_ONES = 0xFF
@@ -52,9 +52,6 @@ class CardSpec:
     throttle_status: int = 0x00010002  # TEMP_HOTSPOT (the Navi 31 quirk) and PPT0
     energy_accumulator: int = 0  # 0 on newer PMFW
     extra_files: dict[str, str] = field(default_factory=dict)
-
-    def with_(self, **changes: object) -> CardSpec:
-        return replace(self, **changes)
 
 
 # The rig's two cards (rig-facts.md): card1 unthrottled with power1_input present;

@@ -107,8 +107,8 @@ class AmdgpuSysfs:
 
     def _read_card(self, card: str, device: Path) -> CardReading:
         files = _CardFiles(card, device, self._warn)
-        pci_bus = os.path.basename(os.path.realpath(device))
-        reading = CardReading(card, pci_bus, files.text("unique_id") or "")
+        endpoint = Path(os.path.realpath(device))
+        reading = CardReading(card, endpoint.name, files.text("unique_id") or "")
         hwmon = self._hwmon(device)
         if hwmon is not None:
             self._read_hwmon(reading, _CardFiles(card, hwmon, self._warn))
@@ -124,7 +124,7 @@ class AmdgpuSysfs:
         reading.memory_busy_ratio = files.ratio("mem_busy_percent")
         reading.vram_used_bytes = files.number("mem_info_vram_used")
         reading.vram_total_bytes = files.number("mem_info_vram_total")
-        reading.pcie_links = self._pcie_links(card, device)
+        reading.pcie_links = self._pcie_links(card, endpoint)
         self._read_gpu_metrics(reading, files)
         return reading
 
@@ -169,11 +169,10 @@ class AmdgpuSysfs:
                     reading.clocks_hertz[label] = value
         reading.fan_rpm = hwmon.number("fan1_input", quiet=True)
 
-    def _pcie_links(self, card: str, device: Path) -> list[PcieLink]:
+    def _pcie_links(self, card: str, endpoint: Path) -> list[PcieLink]:
         # On RDNA the endpoint sits behind an on-package switch: its own link
         # reads x16 even in an x8 slot. The slot link is on the upstream switch
         # port, two bridges up (LACT#334, reference/amd-gpu.md §6.3).
-        endpoint = Path(os.path.realpath(device))
         ports = {"endpoint": endpoint}
         upstream = endpoint.parent.parent
         if re.match(r"^[0-9a-f]{4}:", upstream.name):
