@@ -33,6 +33,11 @@ ENGINE = "job, instance, engine, name"
 CARD = "job, instance, card"
 ENGINE_SUBJECT = "Engine {{ $labels.name }} ({{ $labels.engine }}) on {{ $labels.instance }}"
 CARD_SUBJECT = "Card {{ $labels.card }} on {{ $labels.instance }}"
+# rig_source_up for the engine sources, with the engine's `name` label so that it
+# joins (and inhibits) the engine's own alerts.
+ENGINE_SOURCE_UP = (
+    'label_replace(rig_source_up{source=~"engine/.+"}, "name", "$1", "source", "engine/(.+)")'
+)
 
 # Recorded series shared by the alerts below and the dashboards.
 PROMPT_RATE = "engine:rig_engine_prompt_tokens:rate5m"
@@ -206,8 +211,8 @@ count_over_time(
         Alert(
             "RigEngineDown",
             "critical",
-            """
-label_replace(rig_source_up{source=~"engine/.+"}, "name", "$1", "source", "engine/(.+)") == 0
+            f"""
+{ENGINE_SOURCE_UP} == 0
 """,
             t.engine_down_for_seconds,
             "An inference engine is unreachable.",
@@ -217,10 +222,10 @@ label_replace(rig_source_up{source=~"engine/.+"}, "name", "$1", "source", "engin
         Alert(
             "RigEngineWedged",
             "critical",
-            """
+            f"""
 rig_probe_success == 0
 and on(job, instance, name)
-label_replace(rig_source_up{source=~"engine/.+"}, "name", "$1", "source", "engine/(.+)") == 1
+{ENGINE_SOURCE_UP} == 1
 """,
             t.engine_wedged_seconds,
             "An engine answers HTTP but cannot serve a request.",
