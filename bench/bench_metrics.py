@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import shutil
-import socket
 import statistics
 import subprocess
 import sys
@@ -22,28 +21,10 @@ import urllib.request
 from pathlib import Path
 
 import psutil
+from loopback import free_port, wait_ready
 
 REPO = Path(__file__).resolve().parent.parent
 FIXTURE = REPO / "tests" / "fixtures" / "sys"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def wait_ready(url: str, process: subprocess.Popen, timeout: float = 20) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise SystemExit(f"{process.args[0]} exited with {process.returncode}")
-        try:
-            urllib.request.urlopen(url, timeout=2).read()
-            return
-        except OSError:
-            time.sleep(0.1)
-    raise SystemExit(f"{url} not ready after {timeout} s")
 
 
 def measure(command: list[str], url: str, scrapes: int) -> dict[str, float]:

@@ -13,38 +13,20 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import socket
 import subprocess
 import sys
 import time
-import urllib.request
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from loopback import free_port, wait_ready  # noqa: E402
+
 from exporter.config import Config, EngineConfig, GpuConfig, HostConfig  # noqa: E402
 from exporter.runtime import Exporter  # noqa: E402
 
 SCRAPE_INTERVAL_SECONDS = 15.0
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def wait_for(url: str) -> bytes:
-    deadline = time.monotonic() + 20
-    while True:
-        try:
-            with urllib.request.urlopen(url) as response:
-                return response.read()
-        except OSError:
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(0.1)
 
 
 async def measure(url: str, seconds: float) -> tuple[float, int]:
@@ -77,7 +59,7 @@ def main() -> None:
                                "--port", str(port), "--dp-size", str(args.dp_size)], cwd=ROOT)
     try:
         url = f"http://127.0.0.1:{port}"
-        body = wait_for(url + "/metrics")
+        body = wait_ready(url + "/metrics", server)
         print(f"exposition: {len(body.splitlines())} lines, {len(body)} bytes")
         share, scrapes = asyncio.run(measure(url, args.seconds))
         print(f"exporter CPU: {share * 100:.2f} % of one core over {args.seconds:g} s "
