@@ -1,14 +1,50 @@
 #!/usr/bin/env bash
 # Install everything the exporter, the demo and the tests need on a fresh Debian
-# machine. Run as root (CI does) or with sudo. Safe to run again.
+# machine, as root or with sudo. Safe to run again: it installs only what is
+# missing, so a second run takes about a second.
+#
+# Python packages go into ./.venv, made with whichever python3 comes first on
+# PATH: Debian's own python3 refuses a system-wide pip install (PEP 668).
 set -euo pipefail
 cd "$(dirname "$0")"
 
-# promtool and amtool test the alert rules and routing; node_exporter is the
-# bench's latency yardstick.
-export DEBIAN_FRONTEND=noninteractive
-apt-get update -qq
-apt-get install -y -qq --no-install-recommends \
-    prometheus prometheus-alertmanager prometheus-node-exporter >/dev/null
+as_root() { if [ "$(id -u)" -eq 0 ]; then "$@"; else sudo "$@"; fi; }
 
-python3 -m pip install -q --disable-pip-version-check --root-user-action=ignore -e '.[test]'
+# promtool and amtool test the alert rules and routing; prometheus and
+# alertmanager run the end-to-end tests and the demo; node_exporter is the
+# bench's latency yardstick; victoria-metrics is the remote_write store of the
+# many-rigs test.
+declare -A deb_for_cmd=(
+    [prometheus]=prometheus [promtool]=prometheus
+    [prometheus-alertmanager]=prometheus-alertmanager [amtool]=prometheus-alertmanager
+    [prometheus-node-exporter]=prometheus-node-exporter
+    [victoria-metrics]=victoria-metrics
+)
+missing=()
+for cmd in "${!deb_for_cmd[@]}"; do
+    command -v "$cmd" >/dev/null 2>&1 || missing+=("${deb_for_cmd[$cmd]}")
+done
+python3 -c 'import ensurepip, venv' 2>/dev/null || missing+=(python3-venv)
+if [ ${#missing[@]} -gt 0 ]; then
+    echo "setup: installing Debian packages: $(printf '%s\n' "${missing[@]}" | sort -u | tr '\n' ' ')"
+    export DEBIAN_FRONTEND=noninteractive
+    as_root apt-get update -qq
+    # shellcheck disable=SC2046
+    as_root apt-get install -y -qq --no-install-recommends $(printf '%s\n' "${missing[@]}" | sort -u) >/dev/null
+    # Debian starts the packaged daemons; the project runs its own on loopback.
+    for unit in prometheus prometheus-alertmanager prometheus-node-exporter victoria-metrics; do
+        as_root systemctl disable --now "$unit" >/dev/null 2>&1 || true
+    done
+fi
+
+if [ ! -x .venv/bin/python ]; then
+    echo "setup: making .venv with $(command -v python3) ($(python3 --version))"
+    python3 -m venv .venv
+fi
+# Reinstall only when the package's declaration changed since the last install.
+stamp=.venv/.rig-installed
+if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
+    echo "setup: installing rig-telemetry and its test extra into .venv"
+    .venv/bin/python -m pip install -q --disable-pip-version-check -e '.[test]'
+    touch "$stamp"
+fi

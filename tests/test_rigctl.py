@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from exporter.rigctl import main, print_probe, probe_once
+from exporter.rigctl import main
+from exporter.rigctl.probe import print_probe, probe_once
 from exporter.sim.sglang_state import SimEngine, StreamScript
 from tests.engines.helpers import running_sim
 from tests.scrape import free_port

@@ -86,7 +86,7 @@ HISTOGRAMS: dict[str, set[str]] = {
     "rig_engine_inter_token_latency_seconds": ENGINE,
     "rig_probe_token_gap_seconds": ENGINE,
 }
-# Recording-rule levels (alerts/generate.py docstring) -> labels kept.
+# Recording-rule levels (alerts/rules/common.py docstring) -> labels kept.
 LEVELS: dict[str, set[str]] = {
     "engine": ENGINE,
     "engine_tier": ENGINE | {"tier"},

@@ -8,7 +8,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from alerts.generate import RULES_PATH, _dur, main, render
+from alerts.generate import RULES_PATH, main, render
+from alerts.rules.common import dur as _dur
 from exporter.thresholds import Thresholds
 from tests.alerts.promql_lint import seconds
 

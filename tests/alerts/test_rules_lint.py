@@ -9,7 +9,8 @@ from typing import Any
 import pytest
 import yaml
 
-from alerts.generate import RULES_PATH, RUNBOOK_URL
+from alerts.generate import RULES_PATH
+from alerts.rules.common import RUNBOOK_URL
 from tests.alerts.promql_lint import COUNTER_FUNCTIONS, COUNTERS, analyse, schema_labels, seconds
 
 SCRAPE_INTERVAL_SECONDS = 15  # the exporter's documented scrape interval

@@ -1,11 +1,8 @@
-"""`rigctl`: the rig from a terminal.
+"""`rigctl probe`: one stream probe now, with the exporter's own probe code.
 
-    rigctl probe --engine http://127.0.0.1:30000
-
-`probe` sends one stream probe now (the same code as the exporter's scheduled
-probe) and prints the time to the first token, every gap between token frames
-and the longest. Exit status as a Nagios plugin: 0 ok, 2 critical (the probe
-failed), 3 unknown (bad arguments).
+It prints the time to the first token, every gap between token frames and the
+longest. Exit status: 0 ok, 2 critical (the probe failed), 3 unknown (bad
+arguments).
 """
 
 from __future__ import annotations
@@ -13,27 +10,16 @@ from __future__ import annotations
 import argparse
 import asyncio
 import sys
-from collections.abc import Sequence
 from typing import TextIO
 
 import aiohttp
 
 from exporter.config import ConfigError, load_config
 from exporter.engines.probe import ProbeResult, StreamProbe
-
-EXIT_OK, EXIT_CRITICAL, EXIT_UNKNOWN = 0, 2, 3
-
-
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # type: ignore[override]
-        # argparse exits 2, which a Nagios-style caller would read as "critical".
-        self.print_usage(sys.stderr)
-        self.exit(EXIT_UNKNOWN, f"{self.prog}: error: {message}\n")
+from exporter.rigctl.common import EXIT_CRITICAL, EXIT_OK, EXIT_UNKNOWN
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="rigctl", description=__doc__.splitlines()[0])
-    commands = parser.add_subparsers(dest="command", required=True)
+def add_parser(commands: argparse._SubParsersAction) -> argparse.ArgumentParser:
     probe = commands.add_parser("probe", help="send one stream probe now and print each gap")
     probe.add_argument("--engine", required=True, metavar="URL",
                        help="the SGLang server, e.g. http://127.0.0.1:30000")
@@ -42,7 +28,7 @@ def build_parser() -> argparse.ArgumentParser:
                        help="hard deadline for the whole stream (default 60)")
     probe.add_argument("--prompt", default="",
                        help="prompt text (default: a fixed prompt behind a unique prefix)")
-    return parser
+    return probe
 
 
 async def probe_once(url: str, max_new_tokens: int, timeout: float, prompt: str) -> ProbeResult:
@@ -69,8 +55,7 @@ def print_probe(url: str, result: ProbeResult, out: TextIO) -> None:
         print(f"  decode               {result.decode_tokens_per_second:8.1f} tokens/s", file=out)
 
 
-def main(argv: Sequence[str] | None = None, out: TextIO = sys.stdout) -> int:
-    args = build_parser().parse_args(argv)
+def run(args: argparse.Namespace, out: TextIO) -> int:
     try:
         result = asyncio.run(probe_once(args.engine.rstrip("/"), args.max_new_tokens,
                                         args.timeout, args.prompt))
@@ -79,7 +64,3 @@ def main(argv: Sequence[str] | None = None, out: TextIO = sys.stdout) -> int:
         return EXIT_UNKNOWN
     print_probe(args.engine, result, out)
     return EXIT_OK if result.success else EXIT_CRITICAL
-
-
-if __name__ == "__main__":
-    sys.exit(main())

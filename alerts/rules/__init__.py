@@ -1,0 +1,1 @@
+"""The rule modules, one per concern, as the monitoring mixins split theirs."""

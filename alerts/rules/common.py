@@ -1,0 +1,88 @@
+"""What every rule module shares: label sets, recorded series names, the `Alert`
+dataclass and the formatting of durations, numbers and percentages.
+
+Recording rules follow `level:metric:operation`; the level says which labels a
+series keeps: `engine` = job, instance, engine, name; `engine_tier` adds tier;
+`card` = job, instance, card (+ clock); `card_sensor` adds sensor;
+`instance` = job, instance.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+RUNBOOK_URL = "https://github.com/rig-telemetry/rig-telemetry/blob/main/alerts/RUNBOOK.md#"
+
+ENGINE = "job, instance, engine, name"
+CARD = "job, instance, card"
+ENGINE_SUBJECT = "Engine {{ $labels.name }} ({{ $labels.engine }}) on {{ $labels.instance }}"
+CARD_SUBJECT = "Card {{ $labels.card }} on {{ $labels.instance }}"
+# rig_source_up for the engine sources, with the engine's `name` label so that it
+# joins (and inhibits) the engine's own alerts.
+ENGINE_SOURCE_UP = (
+    'label_replace(rig_source_up{source=~"engine/.+"}, "name", "$1", "source", "engine/(.+)")'
+)
+
+# Recorded series shared by the alerts below and the dashboards.
+PROMPT_RATE = "engine:rig_engine_prompt_tokens:rate5m"
+CHURN_RATE = "engine:rig_engine_hicache_churn_tokens:rate5m"
+HOST_USAGE = "engine:rig_engine_hicache_host_usage:ratio"
+SCLK_RATIO = "card:rig_gpu_sclk:ratio"
+HEADROOM = "card_sensor:rig_gpu_temperature_headroom:celsius"
+MEM_AVAILABLE = "instance:rig_host_memory_available:ratio"
+SWAP_IO = "instance:rig_host_swap_io_bytes:rate5m"
+
+
+def dur(seconds: float) -> str:
+    """Prometheus duration for a whole number of seconds (300 -> 5m)."""
+    s = int(seconds)
+    for unit, size in (("h", 3600), ("m", 60)):
+        if s and s % size == 0:
+            return f"{s // size}{unit}"
+    return f"{s}s"
+
+
+def num(x: float) -> str:
+    return str(int(x)) if float(x).is_integer() else repr(float(x))
+
+
+def pct(ratio: float) -> str:
+    return f"{ratio * 100:g}%"
+
+
+def missing_hits(window: str) -> str:
+    """Prompt tokens that no cache tier served within `window`.
+
+    SGLang creates a tier's labelled hit counter on first use, so an absent
+    tier counts as zero hits rather than blanking the expression.
+    """
+    prompts = f"increase(rig_engine_prompt_tokens_total[{window}])"
+    hits = f"sum without (tier) (increase(rig_engine_cache_hit_tokens_total[{window}]))"
+    return f"({prompts} - on({ENGINE}) ({hits} or {prompts} * 0))"
+
+
+@dataclass(frozen=True)
+class Alert:
+    name: str
+    severity: str
+    expr: str
+    for_seconds: int
+    summary: str
+    description: str
+    # Tells apart two rules of one alert (promtool rejects duplicate label sets).
+    signal: str = ""
+
+    def rule(self) -> dict[str, Any]:
+        rule: dict[str, Any] = {"alert": self.name, "expr": self.expr.strip() + "\n"}
+        if self.for_seconds:
+            rule["for"] = dur(self.for_seconds)
+        rule["labels"] = {"severity": self.severity}
+        if self.signal:
+            rule["labels"]["signal"] = self.signal
+        rule["annotations"] = {
+            "summary": self.summary,
+            "description": self.description,
+            "runbook_url": RUNBOOK_URL + self.name.lower(),
+        }
+        return rule

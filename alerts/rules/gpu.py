@@ -1,0 +1,131 @@
+"""GPU alerts: thermal downclock, hot, power capped, missing, PCIe degraded."""
+
+from __future__ import annotations
+
+from alerts.rules.common import CARD, CARD_SUBJECT, HEADROOM, SCLK_RATIO, Alert, num
+from exporter.thresholds import Thresholds
+
+
+def gpu_alerts(t: Thresholds) -> list[Alert]:
+    # The TEMP_HOTSPOT bit (thermal_junction) is set even at idle on Navi 31
+    # (amd-gpu.md §8.6), so it only counts through the junction temperature.
+    downclock = f"""
+{SCLK_RATIO} < {num(t.gpu_sclk_ratio)}
+and on({CARD})
+rig_gpu_busy_ratio >= {num(t.gpu_busy_ratio)}
+and on({CARD})
+(
+  {HEADROOM}{{sensor="junction"}} <= {num(t.gpu_junction_margin_celsius)}
+  or on({CARD})
+  rig_gpu_throttle_active{{reason=~"thermal_(edge|memory|vr)"}} == 1
+)
+"""
+    downclock_description = (
+        CARD_SUBJECT + " runs its sclk at {{ $value | humanizePercentage }} of its maximum under"
+        " load, with the junction within "
+        + num(t.gpu_junction_margin_celsius)
+        + " °C of its limit or a thermal throttle reason set."
+    )
+    busy = f"and on({CARD})\nrig_gpu_busy_ratio >= {num(t.gpu_busy_ratio)}"
+    alerts = [
+        Alert(
+            "RigGpuThermalDownclock",
+            "warning",
+            downclock,
+            t.gpu_downclock_for_seconds,
+            "A GPU is slowing down because it is too hot.",
+            downclock_description,
+        ),
+        Alert(
+            "RigGpuThermalDownclock",
+            "critical",
+            downclock,
+            t.gpu_downclock_critical_for_seconds,
+            "A GPU is slowing down because it is too hot.",
+            downclock_description,
+        ),
+        Alert(
+            "RigGpuHot",
+            "warning",
+            f"""
+rig_gpu_temperature_celsius{{sensor=~"junction|memory"}}
+and on(job, instance, card, sensor)
+{HEADROOM} <= {num(t.gpu_hot_margin_celsius)}
+""",
+            t.gpu_hot_for_seconds,
+            f"A GPU runs within {num(t.gpu_hot_margin_celsius)} °C of its critical temperature.",
+            "The {{ $labels.sensor }} temperature of card {{ $labels.card }} on"
+            " {{ $labels.instance }} is {{ $value }} °C, within "
+            + num(t.gpu_hot_margin_celsius)
+            + " °C of its critical limit.",
+        ),
+        Alert(
+            "RigGpuPowerCapped",
+            "info",
+            # PPT0 follows power1_cap; the owner lowered it to 305 W on purpose.
+            f"""
+rig_gpu_power_watts >= on({CARD}) rig_gpu_power_cap_watts * {num(t.gpu_power_cap_ratio)}
+and on({CARD})
+rig_gpu_throttle_active{{reason="power"}} == 1
+""",
+            t.gpu_power_capped_for_seconds,
+            "A GPU clock is held by its power limit.",
+            CARD_SUBJECT + " draws {{ $value }} W, at its power cap: its clock is held by the"
+            " power limit.",
+        ),
+        Alert(
+            "RigGpuMissing",
+            "critical",
+            # A card that vanished keeps its series at 0 (DESIGN §4).
+            "rig_gpu_present == 0",
+            t.gpu_missing_for_seconds,
+            "A GPU has disappeared.",
+            "Card {{ $labels.card }} (PCI {{ $labels.pci_bus }}) on {{ $labels.instance }}"
+            " is no longer present.",
+            signal="vanished",
+        ),
+        Alert(
+            "RigGpuPcieDegraded",
+            "warning",
+            f"""
+rig_gpu_pcie_link_speed_transfers_per_second{{kind="current"}}
+< ignoring(kind) rig_gpu_pcie_link_speed_transfers_per_second{{kind="max"}}
+{busy}
+""",
+            t.gpu_pcie_for_seconds,
+            "A GPU's PCIe link runs narrower or slower than it can under load.",
+            CARD_SUBJECT + "{{ with $labels.port }} ({{ . }} port){{ end }} runs its PCIe link"
+            " at {{ $value | humanize }}T/s under load, below its maximum.",
+            signal="speed",
+        ),
+        Alert(
+            "RigGpuPcieDegraded",
+            "warning",
+            f"""
+rig_gpu_pcie_link_width_lanes{{kind="current"}}
+< ignoring(kind) rig_gpu_pcie_link_width_lanes{{kind="max"}}
+< {t.gpu_pcie_min_width_lanes}
+{busy}
+""",
+            t.gpu_pcie_for_seconds,
+            "A GPU's PCIe link runs narrower or slower than it can under load.",
+            CARD_SUBJECT + "{{ with $labels.port }} ({{ . }} port){{ end }} runs its PCIe link"
+            " at x{{ $value }} under load, below its maximum.",
+            signal="width",
+        ),
+    ]
+    if t.gpu_expected_count:
+        alerts.append(
+            Alert(
+                "RigGpuMissing",
+                "critical",
+                f"count by (job, instance) (rig_gpu_present == 1) < {t.gpu_expected_count}",
+                t.gpu_missing_for_seconds,
+                "A GPU has disappeared.",
+                "Only {{ $value }} of "
+                + str(t.gpu_expected_count)
+                + " GPUs are present on {{ $labels.instance }}.",
+                signal="count",
+            )
+        )
+    return alerts

@@ -1,0 +1,99 @@
+"""HiCache alerts: L1/L2 thrash, a full host pool, L3 storage misses."""
+
+from __future__ import annotations
+
+from alerts.rules.common import (
+    CHURN_RATE,
+    ENGINE,
+    ENGINE_SUBJECT,
+    HOST_USAGE,
+    PROMPT_RATE,
+    Alert,
+    dur,
+    missing_hits,
+    num,
+    pct,
+)
+from exporter.thresholds import Thresholds
+
+
+def hicache_alerts(t: Thresholds) -> list[Alert]:
+    recompute = dur(t.hicache_recompute_window_seconds)
+    storage = dur(t.hicache_storage_window_seconds)
+    long_prompt = str(t.hicache_recompute_tokens)
+    pool = num(t.hicache_host_pool_ratio)
+    l2_hits = 'sum without (tier) (rate(rig_engine_cache_hit_tokens_total{tier="L2"}[5m]))'
+    written = f"increase(rig_engine_hicache_storage_written_tokens_total[{storage}])"
+    prefetched = f"increase(rig_engine_hicache_storage_prefetched_tokens_total[{storage}])"
+    return [
+        Alert(
+            "RigHiCacheThrash",
+            "warning",
+            # The host-capacity gauge exists only with HiCache on, so a rig
+            # without L2 never matches.
+            f"""
+{CHURN_RATE} >= {num(t.hicache_churn_tokens_per_second)}
+and on({ENGINE})
+({l2_hits} or {PROMPT_RATE} * 0) / on({ENGINE}) ({PROMPT_RATE} > 0)
+< {num(t.hicache_l2_hit_ratio)}
+and on({ENGINE})
+rig_engine_hicache_host_capacity_tokens > 0
+""",
+            t.hicache_churn_for_seconds,
+            "KV cache is thrashing between GPU (L1) and host RAM (L2).",
+            ENGINE_SUBJECT + " moves {{ $value | humanize }} tokens/s down to L2 and back up"
+            " while L2 serves under " + pct(t.hicache_l2_hit_ratio) + " of prompt tokens.",
+            signal="churn",
+        ),
+        Alert(
+            "RigHiCacheThrash",
+            "warning",
+            # A long prompt that missed every tier after evictions, with L2
+            # full: the session was evicted from L1 and then dropped from L2.
+            f"""
+{missing_hits(recompute)} >= {long_prompt}
+and on({ENGINE})
+increase(rig_engine_hicache_evicted_tokens_total[{recompute}]) >= {long_prompt}
+and on({ENGINE})
+{HOST_USAGE} >= {pool}
+""",
+            t.hicache_recompute_for_seconds,
+            "KV cache is thrashing between GPU (L1) and host RAM (L2).",
+            ENGINE_SUBJECT
+            + " recomputed {{ $value | humanize }} prompt tokens in the last "
+            + recompute
+            + " that no cache tier held, while evicting from L1 into a full L2.",
+            signal="recompute",
+        ),
+        Alert(
+            "RigHiCacheHostPoolFull",
+            "warning",
+            f"""
+{HOST_USAGE} >= {pool}
+and on({ENGINE})
+rate(rig_engine_hicache_evicted_tokens_total[5m]) > 0
+""",
+            t.hicache_host_pool_for_seconds,
+            "The HiCache host pool (L2) is full while L1 keeps evicting.",
+            ENGINE_SUBJECT + " has filled {{ $value | humanizePercentage }} of its L2 host pool"
+            " and keeps evicting from L1.",
+        ),
+        Alert(
+            "RigHiCacheStorageMisses",
+            "warning",
+            # The storage counters exist only with an L3 backend configured.
+            f"""
+{written} > 0
+and on({ENGINE})
+({prefetched} or {written} * 0) == 0
+and on({ENGINE})
+{missing_hits(storage)} >= {long_prompt}
+""",
+            t.hicache_storage_for_seconds,
+            "L3 storage is written but never read back.",
+            ENGINE_SUBJECT
+            + " wrote {{ $value | humanize }} tokens to L3 in the last "
+            + storage
+            + " yet prefetched none back while long prompts missed every tier.",
+        ),
+    ]

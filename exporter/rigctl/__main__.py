@@ -1,0 +1,5 @@
+import sys
+
+from exporter.rigctl import main
+
+sys.exit(main())
