@@ -35,7 +35,7 @@ def build_sources(config: Config) -> list[Source]:
     if config.gpu.enabled and config.gpu.backend != "none":
         sources.append(GpuSource.from_backend(config.gpu.backend, config.gpu.sysfs_root))
     if config.host.enabled:
-        sources.append(HostSource(config.host.proc_root))
+        sources.append(HostSource(config.host.proc_root, config.gpu.sysfs_root))
     for engine_config in config.engines:
         engine = EngineSource(engine_config)
         sources.append(engine)

@@ -1,6 +1,7 @@
 """`rigctl`: the rig from a terminal.
 
     rigctl probe --engine http://127.0.0.1:30000
+    rigctl sim --scenario thermal-downclock --time-scale 0.05
 
 One module per subcommand; each has `add_parser(commands)` and `run(args, out)`.
 Exit status as a Nagios plugin: 0 ok, 1 warning, 2 critical, 3 unknown.
@@ -12,10 +13,10 @@ import sys
 from collections.abc import Sequence
 from typing import TextIO
 
-from exporter.rigctl import probe
+from exporter.rigctl import probe, sim
 from exporter.rigctl.common import Parser
 
-SUBCOMMANDS = (probe,)
+SUBCOMMANDS = (probe, sim)
 
 
 def build_parser() -> Parser:

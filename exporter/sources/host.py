@@ -36,8 +36,11 @@ class HostReading:
 class HostSource:
     name = "host"
 
-    def __init__(self, proc_root: str = "/proc") -> None:
+    def __init__(self, proc_root: str = "/proc", sysfs_root: str = "/sys") -> None:
         self.proc_root = Path(proc_root)
+        # CPU temperatures come from hwmon under the same sysfs root as the GPUs,
+        # so a simulated rig (or a fixture tree) supplies them like the cards.
+        self.sysfs_root = Path(sysfs_root)
         self._psi_missing_logged = False
         self._read = BlockingRead(self.read_now, f"host read under {proc_root}")
 
@@ -63,7 +66,7 @@ class HostSource:
             swap_in_bytes_total=float(swap.sin),
             swap_out_bytes_total=float(swap.sout),
             pressure_stall_seconds_total=self._memory_pressure(),
-            cpu_temperatures_celsius=cpu_temperatures(),
+            cpu_temperatures_celsius=cpu_temperatures(self.sysfs_root),
         )
 
     def _memory_pressure(self) -> dict[str, float]:
@@ -85,18 +88,37 @@ class HostSource:
         return stalls
 
 
-def cpu_temperatures() -> dict[str, float]:
-    sensors_temperatures = getattr(psutil, "sensors_temperatures", None)
-    if sensors_temperatures is None:  # not on every platform
-        return {}
-    try:
-        chips = sensors_temperatures()
-    except OSError:
-        return {}
+def cpu_temperatures(sysfs_root: Path = Path("/sys")) -> dict[str, float]:
+    """The best CPU chip's sensors under `class/hwmon`, by label, in °C.
+
+    hwmon ABI (Documentation/hwmon/sysfs-interface.rst): `name` is the chip,
+    `tempN_input` millidegrees, `tempN_label` the sensor (k10temp: Tctl, Tccd1).
+    The same files psutil.sensors_temperatures reads, but under a chosen root.
+    """
+    chips: dict[str, Path] = {}
+    for hwmon in sorted((sysfs_root / "class" / "hwmon").glob("hwmon*")):
+        try:
+            chips.setdefault((hwmon / "name").read_text().strip(), hwmon)
+        except OSError:
+            continue
     for chip in CPU_SENSOR_CHIPS:
-        if chips.get(chip):
-            return {
-                entry.label or f"{chip}{index}": float(entry.current)
-                for index, entry in enumerate(chips[chip])
-            }
+        if chip in chips:
+            return _chip_temperatures(chip, chips[chip])
     return {}
+
+
+def _chip_temperatures(chip: str, hwmon: Path) -> dict[str, float]:
+    temperatures = {}
+    inputs = sorted(hwmon.glob("temp*_input"), key=lambda p: int(p.name[4:-6] or 0))
+    for index, path in enumerate(inputs):
+        try:
+            millidegrees = int(path.read_text())
+        except (OSError, ValueError):
+            continue  # a sensor that fails to read (EIO on some boards) is absent
+        label_path = path.with_name(path.name.replace("_input", "_label"))
+        try:
+            label = label_path.read_text().strip()
+        except OSError:
+            label = ""
+        temperatures[label or f"{chip}{index}"] = millidegrees / 1000
+    return temperatures

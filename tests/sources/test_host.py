@@ -8,7 +8,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from exporter.sim.procfs import GIB, PAGE, HostSpec, write_proc
+from exporter.sim.procfs import GIB, PAGE, HostSpec, write_cpu_hwmon, write_proc
 from exporter.sources.base import SourceError
 from exporter.sources.host import HostSource, cpu_temperatures
 
@@ -64,10 +64,14 @@ class TestAgainstThisMachine:
     def test_cpu_temperature_matches_psutil(self) -> None:
         chips = psutil.sensors_temperatures()
         temperatures = cpu_temperatures()
-        if not any(chip in chips for chip in ("k10temp", "zenpower", "coretemp", "cpu_thermal")):
-            assert temperatures == {}
+        for chip in ("k10temp", "zenpower", "coretemp", "cpu_thermal"):
+            if chips.get(chip) and Path("/sys/class/hwmon").is_dir():
+                assert sorted(temperatures) == sorted(
+                    e.label or f"{chip}{i}" for i, e in enumerate(chips[chip]))
+                assert all(0 < t < 150 for t in temperatures.values())
+                break
         else:
-            assert temperatures and all(0 < t < 150 for t in temperatures.values())
+            assert temperatures == {}
 
 
 class TestWrittenProcTree:
@@ -97,3 +101,21 @@ class TestWrittenProcTree:
     def test_missing_meminfo_is_a_source_error(self, tmp_path: Path) -> None:
         with pytest.raises(SourceError, match="meminfo|No such file"):
             HostSource(str(tmp_path / "nothing")).read_now()
+
+
+class TestCpuHwmon:
+    def test_k10temp_read_under_the_sysfs_root(self, tmp_path: Path) -> None:
+        write_proc(tmp_path / "proc", HostSpec())
+        write_cpu_hwmon(tmp_path / "sys", 71.5)
+        reading = HostSource(str(tmp_path / "proc"), str(tmp_path / "sys")).read_now()
+        assert reading.cpu_temperatures_celsius == {"Tctl": 71.5}
+
+    def test_other_chips_are_not_the_cpu(self, tmp_path: Path) -> None:
+        write_cpu_hwmon(tmp_path, 71.5, hwmon="hwmon0")
+        (tmp_path / "class" / "hwmon" / "hwmon0" / "name").write_text("amdgpu\n")
+        assert cpu_temperatures(tmp_path) == {}
+
+    def test_unreadable_sensor_is_absent(self, tmp_path: Path) -> None:
+        write_cpu_hwmon(tmp_path, 71.5)
+        (tmp_path / "class" / "hwmon" / "hwmon2" / "temp1_input").write_text("EIO\n")
+        assert cpu_temperatures(tmp_path) == {}

@@ -1,0 +1,112 @@
+"""The healthy rig: where every scenario starts and where a heal returns to.
+
+Numbers from the owner's measurements (shared reference rig-facts.md): two
+agents with long-lived 64K sessions taking turns, TP=2 on two 7900 XTX cards
+with the board power limit lowered to 305 W, HiCache size 16 (L1 219,005 tokens,
+L2 319,193 tokens), 64 GB of RAM with 19 GiB available and 62 MiB of swap that
+does not grow. Nothing here comes near an alert threshold.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import TYPE_CHECKING
+
+from exporter.sim.amdgpu_sysfs import RIG_CARDS, CardSpec
+from exporter.sim.sglang_state import Fault
+
+if TYPE_CHECKING:
+    from exporter.sim.rig import EngineFlows, HostState, SimRig
+
+# smu13_driver_if_v13_0_0.h throttler bits: TEMP_HOTSPOT is set almost always on
+# Navi 31, even at idle (reference/amd-gpu.md §8.6); PPT0 is the power1_cap limit.
+THROTTLE_HOTSPOT = 1 << 1
+THROTTLE_TEMP_MEM = 1 << 4
+THROTTLE_PPT0 = 1 << 16
+
+# rig-facts: the owner lowered power1_cap from ~330 W to 305 W, the lowest allowed.
+POWER_CAP_WATTS = 305
+# rig-facts: PCIe x8/x8 with both slots in use (16 GT/s on these PCIe 4.0 cards).
+SLOT_LINK = ("16.0 GT/s PCIe", 8)
+
+L1_CAPACITY_TOKENS = 219_005  # rig-facts: GPU KV pool with HiCache size 16
+L2_CAPACITY_TOKENS = 319_193  # rig-facts: host KV pool (L2) at size 16
+SESSION_TOKENS = 65_536  # a 64K agent session
+
+
+def power(spec: CardSpec, watts: float) -> dict[str, int | None]:
+    """CardSpec changes for a power draw: power1_average, and power1_input where the
+    card has it (hidden on some kernels)."""
+    microwatts = int(watts * 1e6)
+    return {"power_average_uw": microwatts,
+            "power_input_uw": None if spec.power_input_uw is None else microwatts}
+
+
+def card(spec: CardSpec, *, edge: float, junction: float, memory: float, watts: float,
+         sclk_mhz: int, busy_percent: int, throttle_status: int,
+         fan_rpm: int | None = None) -> CardSpec:
+    """A card state in the rig's terms (°C, W, MHz, %)."""
+    return dataclasses.replace(
+        spec, edge_mc=int(edge * 1000), junction_mc=int(junction * 1000),
+        memory_mc=int(memory * 1000), sclk_hz=sclk_mhz * 1_000_000,
+        busy_percent=busy_percent, throttle_status=throttle_status,
+        fan_rpm=spec.fan_rpm if fan_rpm is None else fan_rpm, **power(spec, watts))
+
+
+def healthy_cards() -> dict[str, CardSpec]:
+    lower, upper = (dataclasses.replace(spec, power_cap_uw=POWER_CAP_WATTS * 1_000_000,
+                                        upstream_link=SLOT_LINK) for spec in RIG_CARDS[:2])
+    # The upper card breathes the lower card's exhaust (rig-facts: 5 mm apart).
+    return {
+        lower.card: card(lower, edge=62, junction=84, memory=80, watts=262, sclk_mhz=2250,
+                         busy_percent=95, throttle_status=THROTTLE_HOTSPOT, fan_rpm=1650),
+        upper.card: card(upper, edge=68, junction=93, memory=88, watts=271, sclk_mhz=2210,
+                         busy_percent=96, throttle_status=THROTTLE_HOTSPOT, fan_rpm=2240),
+    }
+
+
+def healthy_flows() -> EngineFlows:
+    from exporter.sim.rig import EngineFlows
+
+    # Each of two agents sends a turn a minute: its 64K session from L1 plus about
+    # 2K new tokens (tool output), and decodes ~50 tok/s (rig-facts: 2x104K decode
+    # gave 105.9 tok/s aggregate). New tokens are written through to L2.
+    turns_per_second = 2 / 60
+    new_tokens = 2_000
+    return EngineFlows(
+        prompt_tokens=turns_per_second * (SESSION_TOKENS + new_tokens),
+        generation_tokens=100.0,
+        hit_tokens={"L1": turns_per_second * SESSION_TOKENS},
+        backed_up_tokens=turns_per_second * new_tokens,
+    )
+
+
+def healthy_host() -> HostState:
+    from exporter.sim.rig import HostState
+
+    # rig-facts: 40 GiB used, 19 GiB available, swap 62 MiB and not growing.
+    return HostState(pressure_some_ratio=0.002, pressure_full_ratio=0.0, cpu_celsius=68.0)
+
+
+def apply_healthy(rig: SimRig) -> None:
+    """Put every part of the rig back to healthy (the engine's process state aside:
+    `engine_up` brings a stopped engine back)."""
+    for name, spec in healthy_cards().items():
+        if name in rig.removed_cards:
+            rig.restore_card(name)
+        rig.put_card(spec)
+    keep = rig.host
+    host = healthy_host()
+    host.swap_in_bytes_total = keep.swap_in_bytes_total
+    host.swap_out_bytes_total = keep.swap_out_bytes_total
+    host.pressure_some_seconds = keep.pressure_some_seconds
+    host.pressure_full_seconds = keep.pressure_full_seconds
+    rig.set_host(**dataclasses.asdict(host))
+    rig.set_flows(healthy_flows())
+    rig.wedge_stream(False)
+    rig.set_engine(running=2, queued=0, token_usage=0.58, decode_batches_per_second=30.0,
+                   max_total_num_tokens=L1_CAPACITY_TOKENS,
+                   hicache_host_total_tokens=L2_CAPACITY_TOKENS,
+                   hicache_host_used_tokens=150_000, fault=Fault.NONE)
+    if rig.engine.retracted_requests is None:
+        rig.engine.retracted_requests = 0

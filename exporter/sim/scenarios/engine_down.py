@@ -1,0 +1,52 @@
+"""The engine process is gone: its port refuses connections.
+
+DESIGN §5: RigEngineDown, the engine is unreachable. On the rig this is SGLang
+killed (the OOM killer with L2 taking ~40 GB of 64 GB, rig-facts) or crashed;
+loading a 27B model on TP=2 and capturing graphs takes minutes, so the rule
+waits 5 m. Here the server stops for seven minutes and then comes back with
+its counters restarted.
+
+Must raise: RigEngineDown{name="main"} (rig_source_up of engine/main at 0 for 5 m).
+Must not raise: RigEngineWedged (it needs the engine to answer HTTP),
+RigDecodeStarvation (an unreachable engine is not a stall),
+RigExporterSourceDown (engine sources are RigEngineDown's; the probe source
+stays up and reports probe_success 0).
+"""
+
+from __future__ import annotations
+
+from exporter.sim.baseline import apply_healthy
+from exporter.sim.scenarios.base import (
+    DEFAULTS,
+    LEAD_IN_SECONDS,
+    MARGIN_SECONDS,
+    Expect,
+    Step,
+    lead_in,
+    scenario,
+)
+
+HEAL_AT = LEAD_IN_SECONDS + DEFAULTS.engine_down_for_seconds + MARGIN_SECONDS
+
+
+async def engine_dies(rig) -> None:
+    await rig.engine_down()
+
+
+async def engine_restarts(rig) -> None:
+    await rig.engine_up()
+    apply_healthy(rig)
+
+
+SCENARIO = scenario(
+    "engine-down", __doc__,
+    (*lead_in(),
+     Step(LEAD_IN_SECONDS, "fault", "SGLang is killed: its port refuses connections",
+          engine_dies),
+     Step(HEAL_AT, "heal", "SGLang restarts on the same port, counters from zero",
+          engine_restarts)),
+    seconds=HEAL_AT + MARGIN_SECONDS,
+    expects=(Expect("RigEngineDown", {"name": "main", "severity": "critical"}),),
+    must_not={"RigEngineWedged", "RigDecodeStarvation", "RigExporterSourceDown"},
+    heal_at=HEAL_AT,
+)

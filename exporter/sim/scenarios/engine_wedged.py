@@ -1,0 +1,61 @@
+"""The scheduler hangs: /metrics and /health answer, no request is served.
+
+DESIGN §3: the stream probe answers "can the engine serve at all", which matters
+when the engine is wedged but /health says 200; the rules cite vllm#46811, where
+running requests read 0 during a real hang. Here the scheduler stops: nothing
+runs, three agents' requests sit in the queue, no decode batch happens, and a
+/generate is accepted but never sends a token, so every probe times out. Seven
+minutes, then the engine is restarted.
+
+Must raise: RigEngineWedged{name="main"} (the probe fails while /metrics
+answers, for 5 m) and RigDecodeStarvation{signal="wedged"} (queued with nothing
+running and no decode batch, for 5 m). They describe one fault: Alertmanager's
+inhibition, not the rules, turns them into one page.
+Must not raise: RigEngineDown (the HTTP server answers),
+RigDecodeStarvation{signal="stall"} (nothing runs, and the probe never got a
+first token, so it has no gap), RigQueueHeadOfLine (nothing runs).
+"""
+
+from __future__ import annotations
+
+from exporter.sim.baseline import apply_healthy
+from exporter.sim.rig import EngineFlows
+from exporter.sim.scenarios.base import (
+    DEFAULTS,
+    LEAD_IN_SECONDS,
+    MARGIN_SECONDS,
+    Expect,
+    Step,
+    lead_in,
+    scenario,
+)
+
+HEAL_AT = LEAD_IN_SECONDS + DEFAULTS.engine_wedged_seconds + MARGIN_SECONDS
+
+
+def scheduler_hangs(rig) -> None:
+    rig.wedge_stream()
+    rig.set_flows(EngineFlows())
+    rig.set_engine(running=0, queued=3)
+
+
+async def engine_restarted(rig) -> None:
+    await rig.engine_down()
+    await rig.engine_up()
+    apply_healthy(rig)
+
+
+SCENARIO = scenario(
+    "engine-wedged", __doc__,
+    (*lead_in(),
+     Step(LEAD_IN_SECONDS, "fault",
+          "the scheduler hangs: 3 queued, none running, /generate sends nothing",
+          scheduler_hangs),
+     Step(HEAL_AT, "heal", "the engine is restarted", engine_restarted)),
+    seconds=HEAL_AT + MARGIN_SECONDS,
+    expects=(Expect("RigEngineWedged", {"name": "main", "severity": "critical"}),
+             Expect("RigDecodeStarvation", {"signal": "wedged", "name": "main",
+                                            "severity": "critical"})),
+    must_not={"RigEngineDown", "RigQueueHeadOfLine"},
+    heal_at=HEAL_AT,
+)

@@ -1,0 +1,49 @@
+"""A card falls off the bus.
+
+DESIGN §4: a card that disappears (a driver reset, a card fallen off the bus)
+keeps its series with rig_gpu_present 0, so it alerts instead of going silent.
+Here card2's DRM entry vanishes for three minutes and then comes back (as after
+a successful GPU reset). On the real rig a TP=2 engine would hang or crash with
+it; that is left out so that the GPU alerts are tested alone (engine-wedged and
+engine-down cover the engine's side).
+
+Must raise: RigGpuMissing{signal="vanished", card="card2"} (rig_gpu_present 0)
+and RigGpuMissing{signal="count"} (1 of the 2 expected cards present), each
+for 1 m.
+Must not raise: RigGpuThermalDownclock, RigGpuHot, RigGpuPowerCapped,
+RigExporterSourceDown (the GPU source still answers for card1).
+"""
+
+from __future__ import annotations
+
+from exporter.sim.scenarios.base import (
+    DEFAULTS,
+    LEAD_IN_SECONDS,
+    MARGIN_SECONDS,
+    Expect,
+    Step,
+    heal,
+    lead_in,
+    scenario,
+)
+
+HEAL_AT = LEAD_IN_SECONDS + DEFAULTS.gpu_missing_for_seconds + MARGIN_SECONDS
+
+
+def card2_falls_off(rig) -> None:
+    rig.remove_card("card2")
+
+
+SCENARIO = scenario(
+    "gpu-missing", __doc__,
+    (*lead_in(),
+     Step(LEAD_IN_SECONDS, "fault", "card2 falls off the bus", card2_falls_off),
+     heal(HEAL_AT, "card2 is back after a GPU reset")),
+    seconds=HEAL_AT + MARGIN_SECONDS,
+    expects=(Expect("RigGpuMissing", {"signal": "vanished", "card": "card2",
+                                      "severity": "critical"}),
+             Expect("RigGpuMissing", {"signal": "count", "severity": "critical"})),
+    must_not={"RigGpuThermalDownclock", "RigGpuHot", "RigGpuPowerCapped",
+              "RigExporterSourceDown"},
+    heal_at=HEAL_AT,
+)

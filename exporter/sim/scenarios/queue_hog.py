@@ -1,0 +1,49 @@
+"""One agent occupies the pool while three wait in the queue.
+
+rig-facts: with 4 agents, three of them stalled for a combined 49 minutes while
+one agent occupied the pool; one agent's session grew from 123K to 196K with a
+single 70K-token output, and one had no max_tokens limit. Here that agent's
+196K session (90 % of the 219,005-token pool) decodes alone at single-stream
+speed (rig-facts: 88.8 tok/s) while three requests wait. The real event lasted
+about 16 minutes per agent; the scenario holds seven, enough for the rule.
+
+Must raise: RigQueueHeadOfLine (requests queued while another runs, for 5 m).
+Must not raise: RigDecodeStarvation (the hog decodes steadily), RigEngineWedged
+(a request runs and the probe's turn comes), RigKVPoolSaturated (90 % is under
+95 %).
+"""
+
+from __future__ import annotations
+
+from exporter.sim.rig import EngineFlows
+from exporter.sim.scenarios.base import (
+    DEFAULTS,
+    LEAD_IN_SECONDS,
+    MARGIN_SECONDS,
+    Expect,
+    Step,
+    heal,
+    lead_in,
+    scenario,
+)
+
+HEAL_AT = LEAD_IN_SECONDS + DEFAULTS.queue_wait_seconds + MARGIN_SECONDS
+SINGLE_STREAM_DECODE_TOKENS_PER_SECOND = 88.8  # rig-facts: 64K single stream
+
+
+def one_agent_hogs(rig) -> None:
+    rig.set_flows(EngineFlows(generation_tokens=SINGLE_STREAM_DECODE_TOKENS_PER_SECOND))
+    rig.set_engine(running=1, queued=3, token_usage=0.90)
+
+
+SCENARIO = scenario(
+    "queue-hog", __doc__,
+    (*lead_in(),
+     Step(LEAD_IN_SECONDS, "fault",
+          "one 196K session decodes a 70K-token answer; three agents wait", one_agent_hogs),
+     heal(HEAL_AT, "the long answer ends: the queue drains")),
+    seconds=HEAL_AT + MARGIN_SECONDS,
+    expects=(Expect("RigQueueHeadOfLine", {"name": "main", "severity": "warning"}),),
+    must_not={"RigDecodeStarvation", "RigEngineWedged", "RigKVPoolSaturated"},
+    heal_at=HEAL_AT,
+)

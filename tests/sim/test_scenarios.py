@@ -1,0 +1,150 @@
+"""Every scenario, played in compressed time against a real exporter over HTTP,
+crosses the conditions of the alerts it expects and of no other alert."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+
+import pytest
+
+from alerts.generate import build
+from exporter.runtime import Exporter
+from exporter.sim.rig import SimRig
+from exporter.sim.scenarios import SCENARIOS, Scenario
+from exporter.sim.timescale import scaled_thresholds
+from exporter.thresholds import Thresholds
+from tests.scrape import Samples, get, parse_samples, serving
+from tests.sim.conditions import Crossing, crossed
+
+# A scenario second lasts 20 ms: the stall tracker (one poll per 50 ms at most)
+# still resolves a 47 s stall (0.94 s) against the 10 s threshold (0.2 s).
+TIME_SCALE = 0.02
+# The stutter's 4 s pauses need finer time: 0.2 s against a 0.1 s threshold.
+TIME_SCALES = {"mixed-chunk-stutter": 0.05}
+# Scenario seconds to watch the fault for: long enough for the probe (a 60 s
+# interval and a timeout of 3 s real, 150 scenario s) and for a few stutter pauses.
+WATCH = {"engine-wedged": 300.0, "mixed-chunk-stutter": 130.0, "healthy": 300.0}
+DEFAULT_WATCH = 60.0
+SETTLE = 5.0  # scenario seconds into a phase before its first sample
+ENOUGH_SAMPLES = 4
+
+
+@dataclass
+class Sample:
+    began: float  # scenario time when the scrape began
+    ended: float
+    real: float  # loop time, for rates
+    samples: Samples
+
+
+@dataclass
+class Observed:
+    lead_in: set[Crossing]
+    fault: set[Crossing]
+
+
+async def scrape(url: str, rig: SimRig) -> Sample:
+    began = rig.clock.now()
+    status, _, text = await get(url + "/metrics")
+    assert status == 200
+    return Sample(began, rig.clock.now(), asyncio.get_running_loop().time(), parse_samples(text))
+
+
+async def sample_phase(url: str, rig: SimRig, start: float, end: float,
+                       watch_until: float) -> list[Sample]:
+    """Scrapes that lie wholly within [start, end) of scenario time; it stops once
+    `watch_until` has passed with enough of them, so a slow machine takes longer
+    rather than sampling the wrong phase."""
+    await rig.sleep_until(start)
+    taken: list[Sample] = []
+    while rig.clock.now() < end:
+        sample = await scrape(url, rig)
+        if sample.began >= start and sample.ended < end:
+            taken.append(sample)
+        if rig.clock.now() >= watch_until and len(taken) >= ENOUGH_SAMPLES:
+            break
+        await asyncio.sleep(max(0.05, rig.clock.real_seconds(watch_until - start) / 8))
+    return taken
+
+
+def union_of_crossings(taken: list[Sample], thresholds: Thresholds) -> set[Crossing]:
+    """Every later sample against the first: counters' increase over a growing window."""
+    found: set[Crossing] = set()
+    for later in taken[1:]:
+        found |= crossed(taken[0].samples, later.samples, later.real - taken[0].real, thresholds)
+    return found
+
+
+async def observe(scenario: Scenario) -> tuple[list[Sample], list[Sample], Thresholds]:
+    scale = TIME_SCALES.get(scenario.name, TIME_SCALE)
+    fault_at = scenario.fault_at or 0.0
+    # The stall tracker's longest-stall gauge looks back 60 s of real time, so a
+    # stall that has ended still shows after the heal: watch to the end.
+    fault_end = scenario.heal_at if scenario.name != "prefill-starves-decode" else None
+    fault_end = fault_end or scenario.seconds
+    watch = min(fault_at + WATCH.get(scenario.name, DEFAULT_WATCH), fault_end)
+    async with SimRig(time_scale=scale) as rig:
+        exporter = Exporter(rig.exporter_config())
+        async with serving(exporter) as url:
+            play = asyncio.create_task(rig.play(scenario, stop_at=fault_end))
+            try:
+                await asyncio.sleep(0)  # the play task takes its start time
+                t0 = rig.scenario_started_at
+                assert t0 is not None
+                lead_in: list[Sample] = []
+                if scenario.fault_at is not None:
+                    lead_in = await sample_phase(url, rig, t0 + SETTLE, t0 + fault_at,
+                                                 t0 + fault_at)
+                fault = await sample_phase(url, rig, t0 + fault_at + SETTLE, t0 + fault_end,
+                                           t0 + watch)
+            finally:
+                play.cancel()
+                await asyncio.gather(play, return_exceptions=True)
+                # The exporter's engine source can hang in close() while its engine
+                # refuses connections (its stall task never finishes cancelling):
+                # bring the engine back first. Reported, not fixed here.
+                await rig.engine_up()
+    return lead_in, fault, scaled_thresholds(Thresholds(), scale)
+
+
+@pytest.mark.parametrize("name", sorted(SCENARIOS))
+def test_scenario_crosses_exactly_its_alerts(name: str) -> None:
+    scenario = SCENARIOS[name]
+    lead_in, fault, thresholds = asyncio.run(asyncio.wait_for(observe(scenario), 120))
+    # The lead-in is short in real time; the healthy scenario itself must get its samples.
+    assert union_of_crossings(lead_in, thresholds) == set(), "the lead-in crossed a condition"
+    assert len(fault) >= 2, f"only {len(fault)} scrapes fell within the fault"
+    crossings = union_of_crossings(fault, thresholds)
+    for expect in scenario.expects:
+        assert any(c.matches(expect.alert, dict(expect.labels)) for c in crossings), (
+            f"{expect.alert} {dict(expect.labels)} not crossed; crossed: {crossings}")
+    unexpected = {c for c in crossings
+                  if not any(c.matches(e.alert, dict(e.labels)) for e in scenario.expects)}
+    assert unexpected == set()
+    assert not {c.alert for c in crossings} & scenario.must_not
+
+
+def test_scenario_alerts_exist_in_the_rules() -> None:
+    """Every expected alert names a rule, with that rule's own labels (signal, severity)."""
+    rules = [rule for group in build(Thresholds())["groups"] for rule in group["rules"]
+             if "alert" in rule]
+    names = {rule["alert"] for rule in rules}
+    for scenario in SCENARIOS.values():
+        assert scenario.must_not <= names, scenario.name
+        for expect in scenario.expects:
+            assert any(rule["alert"] == expect.alert
+                       and all(expect.labels.get(k) == v for k, v in rule["labels"].items())
+                       for rule in rules), (scenario.name, expect)
+
+
+def test_every_scenario_of_the_design_exists_with_its_story() -> None:
+    assert set(SCENARIOS) == {
+        "healthy", "prefill-starves-decode", "mixed-chunk-stutter", "thermal-downclock",
+        "power-capped", "hicache-thrash", "l3-miss-storm", "swap-storm", "kv-saturated",
+        "queue-hog", "engine-down", "engine-wedged", "gpu-missing"}
+    for scenario in SCENARIOS.values():
+        assert "Must raise:" in scenario.doc and "Must not raise:" in scenario.doc
+        assert scenario.steps[0].at == 0.0 and scenario.steps[0].phase == "lead-in"
+        if scenario.fault_at is not None:
+            assert any(s.at == scenario.fault_at and s.phase == "fault" for s in scenario.steps)
