@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import signal
 import socket
 import threading
@@ -52,10 +53,8 @@ def test_sigterm_during_a_scrape_of_a_hung_engine_exits_within_2_s(tmp_path: Pat
 
 
 def _ignore_errors(call) -> None:
-    try:
+    with contextlib.suppress(OSError):
         call()
-    except OSError:
-        pass
 
 
 def test_a_failed_bind_is_reported_and_never_logged_as_listening(tmp_path: Path) -> None:
