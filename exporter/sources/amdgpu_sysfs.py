@@ -18,6 +18,7 @@ from pathlib import Path
 
 from exporter.sources import gpu_metrics
 from exporter.sources.base import SourceError
+from exporter.sources.energy_counter import EnergyCounter
 
 log = logging.getLogger(__name__)
 
@@ -107,6 +108,7 @@ class AmdgpuSysfs:
         self.root = Path(root)
         self._seen: dict[str, tuple[str, str]] = {}  # card -> (pci_bus, unique_id)
         self._warned: set[tuple[str, str]] = set()
+        self._energy: dict[tuple[str, str], EnergyCounter] = {}  # by (pci_bus, unique_id)
 
     def read_cards(self) -> list[CardReading]:
         found = {card: device for card, device in self._enumerate()}
@@ -234,7 +236,11 @@ class AmdgpuSysfs:
         if metrics.throttle_status is not None:
             reading.throttle_reasons = gpu_metrics.throttle_reasons(metrics.throttle_status)
         if metrics.energy_accumulator is not None:
-            reading.energy_joules = metrics.energy_accumulator * gpu_metrics.ENERGY_JOULES_PER_COUNT
+            counter = self._energy.setdefault((reading.pci_bus, reading.unique_id),
+                                              EnergyCounter())
+            reading.energy_joules = counter.add(metrics.energy_accumulator,
+                                                metrics.system_clock_ns,
+                                                metrics.average_socket_power_watts)
 
     def _warn(self, card: str, filename: str, reason: str) -> None:
         if (card, filename) not in self._warned:

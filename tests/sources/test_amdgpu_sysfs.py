@@ -82,7 +82,7 @@ class TestValuesInBaseUnits:
 
     def test_energy_only_where_the_counter_is_valid(self) -> None:
         cards = read(SYSFS_FIXTURE)
-        assert cards["card1"].energy_joules == pytest.approx(123456789 * 15.259e-6)
+        assert cards["card1"].energy_joules == 0.0  # the counter starts with the exporter
         assert cards["card2"].energy_joules is None  # 0: deprecated by newer PMFW
 
 
