@@ -7,6 +7,7 @@ web server starts and stops.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from typing import Protocol, runtime_checkable
 
@@ -19,6 +20,7 @@ from exporter.engines.source import EngineSource
 from exporter.sources.base import Snapshot, Source, SourceRunner
 from exporter.sources.gpu import GpuSource
 from exporter.sources.host import HostSource
+from exporter.tap.source import TapSource
 
 log = logging.getLogger(__name__)
 
@@ -46,6 +48,8 @@ def build_sources(config: Config) -> list[Source]:
         elif engine_config.probe_interval_seconds > 0:
             log.warning("engine %s: no stream probe for kind %s (SGLang only)",
                         engine_config.name, engine_config.kind)
+        if engine_config.tap_listen_address:
+            sources.append(TapSource(engine_config))
     return sources
 
 
@@ -54,6 +58,7 @@ class Exporter:
         self.config = config
         self.sources = build_sources(config) if sources is None else sources
         self.runner = SourceRunner(self.sources, config.web.scrape_deadline_seconds)
+        self._in_flight: asyncio.Future[Snapshot] | None = None
 
     async def start(self) -> None:
         for source in self.sources:
@@ -66,8 +71,29 @@ class Exporter:
             if isinstance(source, Managed):
                 await source.close()
 
+    async def reconfigure(self, config: Config) -> None:
+        """Swap in the sources of a new config: start the new ones, then close the old."""
+        sources = build_sources(config)
+        for source in sources:
+            if isinstance(source, Managed):
+                await source.start()
+        old = self.sources
+        self.config, self.sources = config, sources
+        self.runner = SourceRunner(sources, config.web.scrape_deadline_seconds)
+        self._in_flight = None
+        for source in reversed(old):
+            if isinstance(source, Managed):
+                await source.close()
+
     async def snapshot(self) -> Snapshot:
-        return await self.runner.snapshot()
+        """Read every source; scrapes that arrive while a read is under way share it.
+
+        Fifty scrapes at once then cost SGLang and sysfs one read, not fifty. The
+        shield keeps one scraper's disconnect from cancelling the others' read.
+        """
+        if self._in_flight is None or self._in_flight.done():
+            self._in_flight = asyncio.ensure_future(self.runner.snapshot())
+        return await asyncio.shield(self._in_flight)
 
     @staticmethod
     def render(snapshot: Snapshot) -> bytes:
