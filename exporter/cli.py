@@ -38,6 +38,10 @@ FLAGS = (
          "seconds each source may take per scrape (default 8)", float),
     Flag("--sysfs.root", "gpu", "sysfs_root", "root of the sysfs tree to read (default /sys)"),
     Flag("--gpu.backend", "gpu", "backend", "auto | sysfs | pyrsmi | none (default auto)"),
+    Flag("--gpu.cards", "gpu", "cards",
+         "cards to read: discrete | all | PCI addresses, comma-separated (default discrete)"),
+    Flag("--gpu.expected-cards", "gpu", "expected_cards",
+         "cards the rig should have; fewer pages RigGpuMissing; 0 disables (default 2)", int),
     Flag("--proc.root", "host", "proc_root", "root of the procfs tree to read (default /proc)"),
     Flag("--log.level", "log", "level", "debug | info | warning | error (default info)"),
 )
