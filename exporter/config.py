@@ -6,6 +6,7 @@ whose message names the key and the bad value. The CLI prints it and exits 2.
 
 from __future__ import annotations
 
+import re
 import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -18,6 +19,8 @@ from exporter.thresholds import Thresholds
 DEFAULT_LISTEN_ADDRESS = "127.0.0.1:9842"
 ENGINE_KINDS = ("sglang", "vllm")
 GPU_BACKENDS = ("auto", "sysfs", "pyrsmi", "none")
+GPU_CARD_SELECTIONS = ("discrete", "all")
+_PCI_ADDRESS = re.compile(r"^[0-9a-f]{4,8}:[0-9a-f]{2}:[01][0-9a-f]\.[0-7]$")
 
 
 class ConfigError(Exception):
@@ -61,6 +64,9 @@ class EngineConfig:
     # The stall tracker reads the engine's counters 4 times a second.
     stall_tracker: bool = True
     stall_poll_interval_seconds: float = 0.25
+    # Empty: no stream tap. Else HOST:PORT for the tap, the proxy agents use instead
+    # of `url`; a bare port or ":PORT" means 127.0.0.1 (binding wider is explicit).
+    tap_listen_address: str = ""
 
 
 @dataclass(frozen=True)
@@ -68,6 +74,11 @@ class GpuConfig:
     enabled: bool = True
     backend: str = "auto"
     sysfs_root: str = "/sys"
+    # "discrete" skips the Ryzen's iGPU; "all"; or a tuple of PCI addresses.
+    cards: str | tuple[str, ...] = "discrete"
+    # rig-facts: 2x RX 7900 XTX. Exported as rig_gpu_expected_cards for
+    # RigGpuMissing; 0 disables the count.
+    expected_cards: int = 2
 
 
 @dataclass(frozen=True)
@@ -185,16 +196,53 @@ def _engine(index: int, t: object) -> EngineConfig:
             f"{key}.stall_poll_interval_seconds",
             t.get("stall_poll_interval_seconds", defaults.stall_poll_interval_seconds),
         ),
+        tap_listen_address=_tap_address(f"{key}.tap_listen_address",
+                                        t.get("tap_listen_address", "")),
     )
 
 
+def _tap_address(key: str, value: object) -> str:
+    """HOST:PORT for the stream tap; no host means loopback, never every interface."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        value = str(value)
+    address = _str(key, value)
+    if not address:
+        return ""
+    host, sep, port = address.rpartition(":")
+    if not port.isdigit() or not 0 < int(port) <= 65535:
+        raise ConfigError(key, value, "expected HOST:PORT, e.g. 127.0.0.1:30001")
+    return f"{host if sep and host else '127.0.0.1'}:{port}"
+
+
 def _gpu(t: Mapping[str, Any]) -> GpuConfig:
-    _reject_unknown("gpu", t, {"enabled", "backend", "sysfs_root"})
+    _reject_unknown("gpu", t, set(GpuConfig.__dataclass_fields__))
+    defaults = GpuConfig()
+    expected = t.get("expected_cards", defaults.expected_cards)
+    if isinstance(expected, str) and expected.isdigit():  # from --gpu.expected-cards
+        expected = int(expected)
     return GpuConfig(
         enabled=_bool("gpu.enabled", t.get("enabled", True)),
         backend=_choice("gpu.backend", t.get("backend", "auto"), GPU_BACKENDS),
         sysfs_root=_str("gpu.sysfs_root", t.get("sysfs_root", "/sys")),
+        cards=_gpu_cards(t.get("cards", defaults.cards)),
+        expected_cards=int(_non_negative("gpu.expected_cards", expected, integer=True)),
     )
+
+
+def _gpu_cards(value: object) -> str | tuple[str, ...]:
+    """`discrete`, `all`, or PCI addresses: a TOML list, or comma-separated (the flag)."""
+    if isinstance(value, str) and value in GPU_CARD_SELECTIONS:
+        return value
+    addresses = value.split(",") if isinstance(value, str) else value
+    if not isinstance(addresses, list | tuple) or not addresses:
+        raise ConfigError("gpu.cards", value,
+                          "use discrete, all, or a list of PCI addresses like 0000:03:00.0")
+    normalised = tuple(str(a).strip().lower() for a in addresses)
+    for address in normalised:
+        if not _PCI_ADDRESS.match(address):
+            raise ConfigError("gpu.cards", value,
+                              f"{address!r} is not a PCI address like 0000:03:00.0")
+    return normalised
 
 
 def _host(t: Mapping[str, Any]) -> HostConfig:
@@ -252,8 +300,8 @@ def _positive(key: str, value: object, integer: bool = False) -> float:
     return number
 
 
-def _non_negative(key: str, value: object) -> float:
-    number = _number(key, value)
+def _non_negative(key: str, value: object, integer: bool = False) -> float:
+    number = _number(key, value, integer)
     if number < 0:
         raise ConfigError(key, value, "must be 0 or more")
     return number

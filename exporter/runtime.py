@@ -20,6 +20,7 @@ from exporter.engines.source import EngineSource
 from exporter.sources.base import Snapshot, Source, SourceRunner
 from exporter.sources.gpu import GpuSource
 from exporter.sources.host import HostSource
+from exporter.tap.source import TapSource
 
 log = logging.getLogger(__name__)
 
@@ -34,7 +35,8 @@ class Managed(Protocol):
 def build_sources(config: Config) -> list[Source]:
     sources: list[Source] = []
     if config.gpu.enabled and config.gpu.backend != "none":
-        sources.append(GpuSource.from_backend(config.gpu.backend, config.gpu.sysfs_root))
+        sources.append(GpuSource.from_backend(config.gpu.backend, config.gpu.sysfs_root,
+                                              config.gpu.cards, config.gpu.expected_cards))
     if config.host.enabled:
         sources.append(HostSource(config.host.proc_root))
     for engine_config in config.engines:
@@ -47,6 +49,8 @@ def build_sources(config: Config) -> list[Source]:
         elif engine_config.probe_interval_seconds > 0:
             log.warning("engine %s: no stream probe for kind %s (SGLang only)",
                         engine_config.name, engine_config.kind)
+        if engine_config.tap_listen_address:
+            sources.append(TapSource(engine_config))
     return sources
 
 

@@ -43,6 +43,8 @@ GAUGES: dict[str, set[str]] = {
     "rig_probe_max_token_gap_seconds": ENGINE,
     "rig_probe_decode_tokens_per_second": ENGINE,
     "rig_gpu_present": CARD | {"pci_bus", "unique_id"},
+    "rig_gpu_info": CARD | {"pci_bus", "device_id", "kind"},
+    "rig_gpu_expected_cards": set(),
     "rig_gpu_temperature_celsius": CARD | {"sensor"},
     "rig_gpu_temperature_limit_celsius": CARD | {"sensor", "limit"},
     "rig_gpu_power_watts": CARD,
@@ -268,9 +270,13 @@ class _Parser:
         raise ValueError(f"unexpected token {text!r}")
 
     def subquery(self) -> str | None:
-        if self.peek() and self.peek().startswith("["):
-            return self.take()
-        return None
+        window = self.take() if self.peek() and self.peek().startswith("[") else None
+        if self.peek() == "offset":  # `offset 5m` lexes as offset, 5, m
+            self.take()
+            while self.pos + 1 < len(self.tokens) and self.tokens[self.pos][0] == "num":
+                self.take()
+                self.take()
+        return window
 
     def aggregation(self) -> set[str] | None:
         grouping = None
