@@ -39,7 +39,9 @@ def build(t: Thresholds) -> Dashboard:
     gap_steps = steps(
         ("orange", t.decode_stutter_seconds), ("red", t.decode_stall_critical_seconds)
     )
-    gaps = Section("Token gaps", [
+    # One column of full-width panels: every gap view, the stall tracker, decode
+    # batches and the queue line up on the same time axis.
+    gaps = Section("Token gaps, decode and queue on one time axis", [
         timeseries(
             "Longest token gap: probe, stream tap, stall tracker",
             "The longest wait for a token, as each view sees it: the stream probe's longest"
@@ -65,6 +67,7 @@ def build(t: Thresholds) -> Dashboard:
             target(f"sum by (le) ({rate('rig_probe_token_gap_seconds_bucket', fn='increase')})",
                    "{{le}}", fmt="heatmap"),
             alerts=("RigDecodeStuttering",),
+            w=24, h=6,
         ),
         heatmap(
             "Stream tap token gaps",
@@ -72,6 +75,7 @@ def build(t: Thresholds) -> Dashboard:
             " by bucket (10 ms … 120 s). Empty unless the tap is on and agents use it.",
             target(f"sum by (le) ({rate('rig_stream_token_gap_seconds_bucket', fn='increase')})",
                    "{{le}}", fmt="heatmap"),
+            w=24, h=6,
         ),
         timeseries(
             "Stall tracker: stall under way and its resolution",
@@ -85,6 +89,7 @@ def build(t: Thresholds) -> Dashboard:
             ),
             thresholds=gap_steps,
             alerts=("RigDecodeStarvation",),
+            w=24, h=6,
         ),
         timeseries(
             "Share of time decode stood still",
@@ -92,10 +97,8 @@ def build(t: Thresholds) -> Dashboard:
             " progress while requests were running.",
             "percentunit",
             targets((rate("rig_engine_decode_stalled_seconds_total"), "{{name}}")),
-            min_value=0,
+            min_value=0, w=24, h=6,
         ),
-    ])
-    scheduler = Section("Scheduler", [
         timeseries(
             "Decode batches/s",
             "Decode forward passes per second (SGLang's cuda_graph_passes_total, decode"
@@ -104,6 +107,7 @@ def build(t: Thresholds) -> Dashboard:
             "ops",
             targets((rate("rig_engine_decode_batches_total"), "{{name}}")),
             alerts=("RigDecodeStarvation",),
+            w=24, h=6,
         ),
         timeseries(
             "Running and queued requests",
@@ -116,7 +120,10 @@ def build(t: Thresholds) -> Dashboard:
                 (sel("rig_engine_queued_requests"), "{{name}} queued"),
             ),
             alerts=("RigQueueHeadOfLine", "RigDecodeStarvation"),
+            w=24, h=6,
         ),
+    ])
+    engine = Section("Engine", [
         timeseries(
             "Tokens/s: generated, probe decode speed",
             "Generated tokens per second over all requests, and the decode speed of the"
@@ -169,7 +176,7 @@ def build(t: Thresholds) -> Dashboard:
         UIDS["decode"],
         "Token gaps from the stream tap, the probe and the stall tracker, on one time axis"
         " with decode batches and the scheduler's queue; TTFT and ITL quantiles.",
-        [gaps, scheduler, latency],
+        [gaps, engine, latency],
     )
 
 
