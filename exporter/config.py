@@ -61,6 +61,9 @@ class EngineConfig:
     # The stall tracker reads the engine's counters 4 times a second.
     stall_tracker: bool = True
     stall_poll_interval_seconds: float = 0.25
+    # Empty: no stream tap. Else HOST:PORT for the tap, the proxy agents use instead
+    # of `url`; a bare port or ":PORT" means 127.0.0.1 (binding wider is explicit).
+    tap_listen_address: str = ""
 
 
 @dataclass(frozen=True)
@@ -185,7 +188,22 @@ def _engine(index: int, t: object) -> EngineConfig:
             f"{key}.stall_poll_interval_seconds",
             t.get("stall_poll_interval_seconds", defaults.stall_poll_interval_seconds),
         ),
+        tap_listen_address=_tap_address(f"{key}.tap_listen_address",
+                                        t.get("tap_listen_address", "")),
     )
+
+
+def _tap_address(key: str, value: object) -> str:
+    """HOST:PORT for the stream tap; no host means loopback, never every interface."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        value = str(value)
+    address = _str(key, value)
+    if not address:
+        return ""
+    host, sep, port = address.rpartition(":")
+    if not port.isdigit() or not 0 < int(port) <= 65535:
+        raise ConfigError(key, value, "expected HOST:PORT, e.g. 127.0.0.1:30001")
+    return f"{host if sep and host else '127.0.0.1'}:{port}"
 
 
 def _gpu(t: Mapping[str, Any]) -> GpuConfig:
