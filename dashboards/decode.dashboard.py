@@ -113,11 +113,13 @@ def build(t: Thresholds) -> Dashboard:
             "Running and queued requests",
             "Requests in the running batch and waiting in the queue. Queued while one request"
             " keeps running is head-of-line blocking; queued with nothing running and no"
-            " decode batch is a wedged scheduler.",
+            " decode batch is a wedged scheduler. Streams through the tap are the agents'"
+            " requests in flight as they see them (when the tap is on).",
             "short",
             targets(
                 (sel("rig_engine_running_requests"), "{{name}} running"),
                 (sel("rig_engine_queued_requests"), "{{name}} queued"),
+                (sel("rig_stream_active"), "{{name}} streams through the tap"),
             ),
             alerts=("RigQueueHeadOfLine", "RigDecodeStarvation"),
             w=24, h=6,
@@ -126,27 +128,39 @@ def build(t: Thresholds) -> Dashboard:
     engine = Section("Engine", [
         timeseries(
             "Tokens/s: generated, probe decode speed",
-            "Generated tokens per second over all requests, and the decode speed of the"
-            " last probe (its tokens over its decode time).",
+            "Generated tokens per second over all requests, the decode speed of the last"
+            " probe (its tokens over its decode time), and tokens per second streamed"
+            " through the tap.",
             "short",
             targets(
                 (rate("rig_engine_generation_tokens_total"), "{{name}} generated"),
                 (sel("rig_probe_decode_tokens_per_second"), "{{name}} probe decode"),
+                (rate("rig_stream_generated_tokens_total"), "{{name}} through the tap"),
             ),
-            axis_label="tokens/s",
+            axis_label="tokens/s", w=8,
         ),
         state_timeline(
             "Engine reachable, probe served",
-            "Whether the exporter could read each engine's /metrics (source engine/<name>)"
-            " and whether the last stream probe finished in time with tokens. A reachable"
-            " engine whose probe fails is wedged.",
+            "Whether the exporter could read each engine's /metrics (engine/<name>), its"
+            " probe ran (probe/<name>) and its stream tap is serving (tap/<name>), and whether"
+            " the last stream probe finished in time with tokens. A reachable engine whose"
+            " probe fails is wedged.",
             targets(
-                (sel("rig_source_up", 'source=~"(engine|probe)/.+"'), "{{source}} reachable"),
+                (sel("rig_source_up", 'source=~"(engine|probe|tap)/.+"'), "{{source}} up"),
                 (sel("rig_probe_success"), "{{name}} probe served"),
             ),
             mappings=on_off("down", "up", on_color="green", off_color="red"),
             alerts=("RigEngineDown", "RigEngineWedged"),
-            w=12,
+            w=8,
+        ),
+        timeseries(
+            "Stream tap requests by outcome",
+            "Streamed requests through the tap per second, by outcome: ok, error (the"
+            " engine failed or refused), client_closed (the agent hung up first).",
+            "reqps",
+            targets((f"sum by (job, instance, rig, name, outcome) "
+                     f"({rate('rig_stream_requests_total')})", "{{name}} {{outcome}}")),
+            w=8,
         ),
     ])
     latency = Section("Latency", [
