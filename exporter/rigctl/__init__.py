@@ -12,10 +12,10 @@ import sys
 from collections.abc import Sequence
 from typing import TextIO
 
-from exporter.rigctl import probe
+from exporter.rigctl import bench, probe
 from exporter.rigctl.common import Parser
 
-SUBCOMMANDS = (probe,)
+SUBCOMMANDS = (probe, bench)
 
 
 def build_parser() -> Parser:
