@@ -67,13 +67,13 @@ def _starve(rig: SimRig) -> None:
 def _wedge(rig: SimRig) -> None:
     rig.engine.queued = 3
     rig.engine.running = 0
-    rig.engine.stream.hang_after_frames = 0  # the probe's request never starts
+    rig.engine.wedged = True  # no batch runs: the probe's request never starts
 
 
 def _unwedge(rig: SimRig) -> None:
+    rig.engine.wedged = False
     rig.engine.queued = 0
     rig.engine.running = 2
-    rig.engine.stream.hang_after_frames = None
 
 
 def _down(rig: SimRig) -> None:

@@ -207,10 +207,11 @@ class SimRig:
         assert self.server is not None
         port = free_port()
         self.exporter_address = f"127.0.0.1:{port}"
-        # The probe's schedule and deadline compress with the rest of time.
-        probe = max(1.0, 60 / self.time_scale)
+        # The probe's schedule and deadline (60 s each by default) compress with
+        # the rest of time.
+        probe = 60 / self.time_scale
         engine = (f"main={self.server.url},kind=sglang,probe_interval_seconds={probe:g},"
-                  f"probe_timeout_seconds={max(2.0, probe / 2):g}")
+                  f"probe_timeout_seconds={probe:g}")
         self.exporter = Process(
             f"exporter {self.name}",
             [sys.executable, "-m", "exporter", "--web.listen-address", self.exporter_address,

@@ -234,3 +234,14 @@ def test_every_notification_names_a_rig_and_goes_to_its_severitys_receiver(run: 
         for alert in notification.payload["alerts"]:
             assert alert["labels"].get("rig") in run.rigs, alert["labels"]
             assert notification.path == receivers[alert["labels"]["severity"]], alert["labels"]
+
+
+def test_an_alert_names_its_rig_and_leaves_the_other_rigs_silent(run: Run) -> None:
+    """Many rigs behind one Prometheus (deploy/prometheus.yml's file_sd, one `rig`
+    label per target): the pulled card pages for its own rig only."""
+    pages = [(n, a) for n in run.notifications for a in n.payload["alerts"]
+             if a["labels"]["alertname"] == "RigGpuMissing" and a["status"] == "firing"]
+    assert pages, "no RigGpuMissing page"
+    for _, alert in pages:
+        assert alert["labels"]["rig"] == "gpu-missing"
+        assert alert["labels"]["instance"] == run.rigs["gpu-missing"].exporter_address
