@@ -13,8 +13,8 @@ import urllib.parse
 import urllib.request
 from pathlib import Path
 
-from tests.e2e.stack import LoopThread, Monitoring, Process, SimRig, tool, wait_ready
-from tests.scrape import free_port
+from exporter.rigctl.stack import Monitoring, Process, free_port, tool, wait_ready
+from tests.e2e.stack import LoopThread, SimRig
 
 TIME_SCALE = 10.0
 
@@ -56,7 +56,7 @@ def test_remote_write_to_victoria_metrics_and_read_back(tmp_path: Path) -> None:
                                 receiver_url="http://127.0.0.1:9")
         stack.callback(monitoring.stop)
         monitoring.start(remote_write_url=vm_url + "/api/v1/write")
-        monitoring.write_targets([rig])
+        monitoring.write_targets([(rig.name, rig.exporter_address)])
 
         deadline = time.monotonic() + 90
         while True:

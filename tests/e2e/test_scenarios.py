@@ -26,16 +26,10 @@ import yaml
 
 from alerts.generate import RULES_PATH
 from alerts.timescale import seconds
+from exporter.rigctl.stack import ALERTMANAGER_CONFIG, Monitoring, Notification, WebhookReceiver
 from tests.e2e import report
 from tests.e2e.scenarios import SCENARIOS, TICK_SECONDS, Scenario
-from tests.e2e.stack import (
-    ALERTMANAGER_CONFIG,
-    LoopThread,
-    Monitoring,
-    Notification,
-    SimRig,
-    WebhookReceiver,
-)
+from tests.e2e.stack import LoopThread, SimRig
 
 TIME_SCALE = 10.0
 # Wall-clock allowances on top of each scenario's own (compressed) deadline: a
@@ -153,7 +147,7 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Run]:
         monitoring = Monitoring(workdir / "monitoring", TIME_SCALE, receiver.url)
         stack.callback(monitoring.stop)
         monitoring.start()
-        monitoring.write_targets(list(rigs.values()))
+        monitoring.write_targets([(r.name, r.exporter_address) for r in rigs.values()])
         _wait_targets_up(monitoring, len(rigs))
         time.sleep(WARMUP_SECONDS)
 
