@@ -38,9 +38,10 @@ HEADER = (
 )
 
 
-def build(t: Thresholds, time_scale: float = 1.0) -> dict[str, Any]:
-    if time_scale != 1.0:
-        t = scaled_thresholds(t, time_scale)
+def build(t: Thresholds, time_scale: float = 1.0,
+          stall_scale: float | None = None) -> dict[str, Any]:
+    if time_scale != 1.0 or stall_scale is not None:
+        t = scaled_thresholds(t, time_scale, stall_scale)
     groups = [("rig-recording", recording_rules())]
     for group, alerts in (
         ("rig-engine", engine_alerts(t)),
@@ -66,9 +67,10 @@ def _str(dumper: yaml.SafeDumper, value: str) -> yaml.ScalarNode:
 _Dumper.add_representer(str, _str)
 
 
-def render(t: Thresholds, config: str | None = None, time_scale: float = 1.0) -> str:
+def render(t: Thresholds, config: str | None = None, time_scale: float = 1.0,
+           stall_scale: float | None = None) -> str:
     header = HEADER
-    if time_scale != 1.0:
+    if time_scale != 1.0 or stall_scale is not None:
         header = (
             f"# A time-scaled test copy (x{time_scale:g}: every hold and window divided by"
             f" {time_scale:g}) made by\n# `python -m alerts.generate --time-scale"
@@ -81,7 +83,8 @@ def render(t: Thresholds, config: str | None = None, time_scale: float = 1.0) ->
             f"# with the [thresholds] of {config}. Do not edit: change that table, then"
             " regenerate.\n"
         )
-    return header + yaml.dump(build(t, time_scale), Dumper=_Dumper, sort_keys=False, width=200)
+    rules = build(t, time_scale, stall_scale)
+    return header + yaml.dump(rules, Dumper=_Dumper, sort_keys=False, width=200)
 
 
 def main(argv: list[str] | None = None) -> int:

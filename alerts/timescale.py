@@ -47,17 +47,20 @@ def scaled_duration(duration: str, factor: float) -> str:
 COMPARED_DURATIONS = ("decode_stall_critical_seconds", "decode_stutter_seconds")
 
 
-def scaled_thresholds(t: Thresholds, factor: float) -> Thresholds:
-    """The values compared against: stall lengths divided by F, rates multiplied."""
-    if factor <= 0:
-        raise ValueError(f"time scale must be positive, got {factor!r}")
+def scaled_thresholds(t: Thresholds, factor: float,
+                      stall_factor: float | None = None) -> Thresholds:
+    """The values compared against: stall lengths divided by F (or by
+    `stall_factor`: a loaded test machine's scheduling hiccups must stay below
+    the stall threshold), per-second rates multiplied by F."""
+    if factor <= 0 or (stall_factor is not None and stall_factor <= 0):
+        raise ValueError(f"time scale must be positive, got {factor!r}, {stall_factor!r}")
     changes: dict[str, Any] = {}
     for field in dataclasses.fields(t):
         value = getattr(t, field.name)
         if field.name.endswith("_per_second"):
             changes[field.name] = value * factor
         elif field.name in COMPARED_DURATIONS:
-            changes[field.name] = _round(value / factor)
+            changes[field.name] = _round(value / (stall_factor or factor))
     return dataclasses.replace(t, **changes)
 
 

@@ -19,7 +19,7 @@ import subprocess
 import time
 import urllib.parse
 import urllib.request
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -101,8 +101,9 @@ class Notification:
 class WebhookReceiver:
     """Alertmanager's webhook target; keeps every notification with its arrival time."""
 
-    def __init__(self) -> None:
+    def __init__(self, on_notification: Callable[[Notification], None] | None = None) -> None:
         self.notifications: list[Notification] = []
+        self.on_notification = on_notification
         self.url = ""
         self._runner: web.AppRunner | None = None
 
@@ -121,8 +122,10 @@ class WebhookReceiver:
             await self._runner.cleanup()
 
     async def _receive(self, request: web.Request) -> web.Response:
-        self.notifications.append(
-            Notification(time.monotonic(), request.path, await request.json()))
+        notification = Notification(time.monotonic(), request.path, await request.json())
+        self.notifications.append(notification)
+        if self.on_notification is not None:
+            self.on_notification(notification)
         return web.Response()
 
 
@@ -134,6 +137,8 @@ class Monitoring:
     workdir: Path
     time_scale: float
     receiver_url: str
+    # Stall lengths compress by this instead, if set (alerts/timescale.py).
+    stall_scale: float | None = None
     prometheus: Process | None = None
     alertmanager: Process | None = None
     prometheus_url: str = ""
@@ -181,7 +186,8 @@ class Monitoring:
         directory = self.workdir / "prometheus"
         directory.mkdir()
         rules = directory / "rig-rules.yaml"
-        rules.write_text(render(Thresholds(), time_scale=self.time_scale))
+        rules.write_text(render(Thresholds(), time_scale=self.time_scale,
+                                stall_scale=self.stall_scale))
         config = yaml.safe_load((DEPLOY / "prometheus.yml").read_text())
         config["global"] = {"scrape_interval": "1s", "evaluation_interval": "1s"}
         config["rule_files"] = [str(rules)]
@@ -210,6 +216,11 @@ class Monitoring:
         for process in (self.prometheus, self.alertmanager):
             if process is not None:
                 process.stop()
+
+    def alerts(self) -> list[dict[str, Any]]:
+        """Prometheus' pending and firing alerts (its /api/v1/alerts)."""
+        with urllib.request.urlopen(self.prometheus_url + "/api/v1/alerts", timeout=10) as reply:
+            return json.load(reply)["data"]["alerts"]
 
     def query(self, promql: str) -> list[dict[str, Any]]:
         url = self.prometheus_url + "/api/v1/query?" + urllib.parse.urlencode({"query": promql})

@@ -61,7 +61,7 @@ ENGINE = {"engine": "sglang", "name": "main"}
 
 # -------------------------------------------------------------------- faults
 def _starve(rig: SimRig) -> None:
-    rig.engine.pause_decode(47.23 / rig.time_scale)  # rig-facts: 64K prefill, default scheduler
+    rig.engine.pause_decode(47.23 / rig.stall_scale)  # rig-facts: 64K prefill, default scheduler
 
 
 def _wedge(rig: SimRig) -> None:

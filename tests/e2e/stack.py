@@ -69,6 +69,8 @@ class SimRig:
     name: str
     workdir: Path
     time_scale: float
+    # Stall lengths compress by this, not by time_scale (tests/e2e/test_scenarios.py).
+    stall_scale: float
     engine: SimEngine = field(default_factory=healthy_engine)
     cards: dict[str, CardSpec] = field(default_factory=lambda: {c.card: c for c in RIG_CARDS})
     host: HostSpec = field(default_factory=HostSpec)
@@ -107,8 +109,10 @@ class SimRig:
         # The probe's schedule and deadline (60 s each by default) compress with
         # the rest of time.
         probe = 60 / self.time_scale
+        # The stall tracker polls at 2 Hz, not 4: ten simulators render /metrics
+        # in one process, and 0.5 s resolves a stall threshold of 5 s.
         engine = (f"main={self.server.url},kind=sglang,probe_interval_seconds={probe:g},"
-                  f"probe_timeout_seconds={probe:g}")
+                  f"probe_timeout_seconds={probe:g},stall_poll_interval_seconds=0.5")
         self.exporter = Process(
             f"exporter {self.name}",
             [sys.executable, "-m", "exporter", "--web.listen-address", self.exporter_address,

@@ -44,7 +44,7 @@ def test_remote_write_to_victoria_metrics_and_read_back(tmp_path: Path) -> None:
 
         loop = LoopThread()
         stack.callback(loop.stop)
-        rig = SimRig("remote", tmp_path / "rig", TIME_SCALE)
+        rig = SimRig("remote", tmp_path / "rig", TIME_SCALE, stall_scale=TIME_SCALE)
         rig.workdir.mkdir()
         loop.run(rig.start_engine())
         stack.callback(lambda: loop.run(rig.server.stop()))

@@ -32,6 +32,10 @@ from tests.e2e.scenarios import SCENARIOS, TICK_SECONDS, Scenario
 from tests.e2e.stack import LoopThread, SimRig
 
 TIME_SCALE = 10.0
+# Stall lengths compress 2-fold only (the 10 s threshold reads 5 s, the 47.23 s
+# stall lasts 23.6 s): a 2-core machine shared with other work stalls processes
+# for a second or more, which the stall tracker would rightly report at 10-fold.
+STALL_SCALE = 2.0
 # Wall-clock allowances on top of each scenario's own (compressed) deadline: a
 # 2-core machine shared with other work schedules processes late.
 SLACK_SECONDS = 30.0
@@ -134,7 +138,7 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Run]:
         stack.callback(lambda: loop.run(receiver.stop()))
         rigs: dict[str, SimRig] = {}
         for scenario in SCENARIOS:
-            rig = SimRig(scenario.name, workdir / scenario.name, TIME_SCALE)
+            rig = SimRig(scenario.name, workdir / scenario.name, TIME_SCALE, STALL_SCALE)
             rig.workdir.mkdir()
             loop.run(rig.start_engine())
             stack.callback(lambda r=rig: loop.run(r.server.stop()))
@@ -144,7 +148,8 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Run]:
             rigs[scenario.name] = rig
         for rig in rigs.values():
             _wait_exporter(rig)
-        monitoring = Monitoring(workdir / "monitoring", TIME_SCALE, receiver.url)
+        monitoring = Monitoring(workdir / "monitoring", TIME_SCALE, receiver.url,
+                                stall_scale=STALL_SCALE)
         stack.callback(monitoring.stop)
         monitoring.start()
         monitoring.write_targets([(r.name, r.exporter_address) for r in rigs.values()])
