@@ -37,7 +37,7 @@ HEADER = (
 
 
 def build(t: Thresholds) -> dict[str, Any]:
-    groups = [("rig-recording", recording_rules())]
+    groups = [("rig-recording", recording_rules(t))]
     for group, alerts in (
         ("rig-engine", engine_alerts(t)),
         ("rig-hicache", hicache_alerts(t)),

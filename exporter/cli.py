@@ -39,6 +39,9 @@ FLAGS = (
     Flag("--sysfs.root", "gpu", "sysfs_root", "root of the sysfs tree to read (default /sys)"),
     Flag("--gpu.backend", "gpu", "backend", "auto | sysfs | pyrsmi | none (default auto)"),
     Flag("--proc.root", "host", "proc_root", "root of the procfs tree to read (default /proc)"),
+    Flag("--health.sample-interval", "health", "sample_interval_seconds",
+         "seconds without a scrape after which the exporter reads a snapshot for the health "
+         "checks' windows itself; 0: never (default 15)", float),
     Flag("--log.level", "log", "level", "debug | info | warning | error (default info)"),
 )
 COLLECTOR_SWITCHES = {"gpu": "gpu", "host": "host"}

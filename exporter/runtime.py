@@ -2,12 +2,16 @@
 
 Sources that hold connections or background tasks (engines, the stall tracker,
 the stream probe) implement `start` and `close`; the runtime calls them when the
-web server starts and stops.
+web server starts and stops. Every snapshot also feeds the health monitor
+(`exporter/health/`), whose verdict `/api/health` serves.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
+import time
 from typing import Protocol, runtime_checkable
 
 from prometheus_client import CollectorRegistry, generate_latest
@@ -16,6 +20,8 @@ from exporter.collector import RigCollector
 from exporter.config import Config
 from exporter.engines.probe import ProbeSource
 from exporter.engines.source import EngineSource
+from exporter.health.monitor import HealthMonitor
+from exporter.health.report import Report
 from exporter.sources.base import Snapshot, Source, SourceRunner
 from exporter.sources.gpu import GpuSource
 from exporter.sources.host import HostSource
@@ -54,20 +60,61 @@ class Exporter:
         self.config = config
         self.sources = build_sources(config) if sources is None else sources
         self.runner = SourceRunner(self.sources, config.web.scrape_deadline_seconds)
+        self.health = HealthMonitor(config.thresholds, config.engines)
+        self._sampler: asyncio.Task[None] | None = None
+        self._reading: asyncio.Task[Snapshot] | None = None
 
     async def start(self) -> None:
         for source in self.sources:
             if isinstance(source, Managed):
                 await source.start()
         log.info("sources: %s", ", ".join(s.name for s in self.sources) or "none")
+        if self.config.health.sample_interval_seconds > 0:
+            self._sampler = asyncio.create_task(self._sample_when_idle(),
+                                                name="health history sampler")
 
     async def close(self) -> None:
+        if self._sampler is not None:
+            self._sampler.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._sampler
         for source in reversed(self.sources):
             if isinstance(source, Managed):
                 await source.close()
 
     async def snapshot(self) -> Snapshot:
-        return await self.runner.snapshot()
+        """Read every source once; callers that come while a read is under way
+        (a scrape, a health request, the sampler) share it rather than read again."""
+        if self._reading is None or self._reading.done():
+            self._reading = asyncio.create_task(self._read_and_observe())
+        return await asyncio.shield(self._reading)
+
+    async def _read_and_observe(self) -> Snapshot:
+        snapshot = await self.runner.snapshot()
+        self.health.observe(snapshot)
+        return snapshot
+
+    async def health_report(self) -> Report:
+        """A fresh snapshot, judged: the same reads as one scrape, nothing more."""
+        await self.snapshot()
+        assert self.health.report is not None
+        return self.health.report
+
+    async def _sample_when_idle(self) -> None:
+        # Scrapes feed the history; only when none came for an interval does the
+        # exporter read a snapshot itself, so Prometheus at 15 s adds nothing.
+        interval = self.config.health.sample_interval_seconds
+        started = time.monotonic()
+        while True:
+            last = self.health.last_observed
+            idle = time.monotonic() - (started if last is None else last)
+            if idle >= interval:
+                try:
+                    await self.snapshot()
+                except Exception:  # a bug must not end the sampling for good
+                    log.exception("health sampler snapshot failed")
+                idle = 0.0
+            await asyncio.sleep(max(0.05, interval - idle))
 
     @staticmethod
     def render(snapshot: Snapshot) -> bytes:

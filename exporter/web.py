@@ -3,6 +3,7 @@
     /metrics    Prometheus exposition, read fresh on every request
     /           landing page with links and each source's state
     /-/healthy  200 while the process serves
+    /api/health the health checks as JSON (exporter/health/health.schema.json)
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ def make_app(exporter: Exporter) -> web.Application:
     app.router.add_get("/metrics", metrics)
     app.router.add_get("/", landing_page)
     app.router.add_get("/-/healthy", healthy)
+    app.router.add_get("/api/health", api_health)
 
     async def lifecycle(app: web.Application):
         await exporter.start()
@@ -42,6 +44,11 @@ async def metrics(request: web.Request) -> web.Response:
     exporter = request.app[EXPORTER_KEY]
     body = exporter.render(await exporter.snapshot())
     return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+
+async def api_health(request: web.Request) -> web.Response:
+    report = await request.app[EXPORTER_KEY].health_report()
+    return web.json_response(report.to_json())
 
 
 async def healthy(request: web.Request) -> web.Response:

@@ -52,9 +52,21 @@ def test_hanging_stream_is_reported_as_failed() -> None:
     assert "FAILED: no end of stream within 0.8 s (2 tokens so far)" in text
 
 
-def test_bad_url_exits_unknown(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["probe", "--engine", "localhost:30000"]) == 3
-    assert "expected an http(s) URL" in capsys.readouterr().err
+@pytest.mark.parametrize(("argv", "flag"), [
+    (["--engine", "localhost:30000"], "argument --engine: expected an http(s) URL"),
+    (["--engine", "http://127.0.0.1:1", "--max-new-tokens", "0"],
+     "argument --max-new-tokens: must be greater than 0"),
+    (["--engine", "http://127.0.0.1:1", "--timeout", "soon"],
+     "argument --timeout: expected a number"),
+])
+def test_command_line_mistakes_name_the_flag(capsys: pytest.CaptureFixture[str], argv: list[str],
+                                              flag: str) -> None:
+    with pytest.raises(SystemExit) as caught:
+        main(["probe", *argv])
+    assert caught.value.code == 3
+    err = capsys.readouterr().err
+    assert flag in err
+    assert "config key" not in err
 
 
 def test_missing_command_exits_unknown() -> None:

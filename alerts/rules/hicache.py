@@ -22,7 +22,8 @@ def hicache_alerts(t: Thresholds) -> list[Alert]:
     storage = dur(t.hicache_storage_window_seconds)
     long_prompt = str(t.hicache_recompute_tokens)
     pool = num(t.hicache_host_pool_ratio)
-    l2_hits = 'sum without (tier) (rate(rig_engine_cache_hit_tokens_total{tier="L2"}[5m]))'
+    w = dur(t.rate_window_seconds)
+    l2_hits = f'sum without (tier) (rate(rig_engine_cache_hit_tokens_total{{tier="L2"}}[{w}]))'
     written = f"increase(rig_engine_hicache_storage_written_tokens_total[{storage}])"
     prefetched = f"increase(rig_engine_hicache_storage_prefetched_tokens_total[{storage}])"
     return [
@@ -71,7 +72,7 @@ and on({ENGINE})
             f"""
 {HOST_USAGE} >= {pool}
 and on({ENGINE})
-rate(rig_engine_hicache_evicted_tokens_total[5m]) > 0
+rate(rig_engine_hicache_evicted_tokens_total[{w}]) > 0
 """,
             t.hicache_host_pool_for_seconds,
             "The HiCache host pool (L2) is full while L1 keeps evicting.",

@@ -1,0 +1,96 @@
+"""The health monitor: it watches every snapshot the exporter reads and keeps
+the verdict up to date.
+
+Each snapshot (a scrape, a health request, or the background sampler when
+neither came for a while) feeds the history and is judged. A rule's hold time
+(`for`) is applied as the exporter has watched the condition:
+
+- held for the rule's `for`: the rule's severity (critical: crit, warning:
+  warn, info: ok, the reason says so);
+- holding, not yet for that long (Prometheus' "pending"): one step milder, so a
+  critical condition shows as warn at once and a warning one as ok, with the
+  time held and the hold in the reason.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Hashable
+
+from exporter.config import EngineConfig
+from exporter.health.engine import engine_signals
+from exporter.health.gpu import gpu_signals
+from exporter.health.hicache import hicache_signals
+from exporter.health.history import History
+from exporter.health.host import host_signals, source_signals
+from exporter.health.report import SEVERITY_STATUS, Check, Report, Signal, Status, worst_first
+from exporter.health.view import Context, RigView, history_values, seconds
+from exporter.sources.base import Snapshot
+from exporter.thresholds import Thresholds
+
+SIGNALS = (engine_signals, hicache_signals, gpu_signals, host_signals, source_signals)
+
+
+class HealthMonitor:
+    def __init__(self, thresholds: Thresholds, engines: tuple[EngineConfig, ...] = (),
+                 clock: Callable[[], float] = time.monotonic,
+                 wall_clock: Callable[[], float] = time.time) -> None:
+        self.thresholds = thresholds
+        self.engines = engines
+        self.clock = clock
+        self.wall_clock = wall_clock
+        windows = [getattr(thresholds, f) for f in thresholds.__dataclass_fields__
+                   if f.endswith("_window_seconds")]
+        self.history = History(keep_seconds=max(windows) + 60)
+        self._held_since: dict[Hashable, float] = {}
+        self.last_observed: float | None = None
+        self.report: Report | None = None
+
+    def observe(self, snapshot: Snapshot) -> Report:
+        now = self.clock()
+        self.last_observed = now
+        view = RigView.of(snapshot)
+        self.history.record(now, history_values(view))
+        context = Context(view, self.history, self.thresholds, now, self.engines)
+        signals = [s for judge in SIGNALS for s in judge(context)]
+        self.report = Report(self._checks(signals, now), self.wall_clock(),
+                             self.history.watched(now))
+        return self.report
+
+    def _checks(self, signals: list[Signal], now: float) -> tuple[Check, ...]:
+        held_keys = set()
+        merged: dict[tuple[str, tuple[tuple[str, str], ...]], Check] = {}
+        for sig in signals:
+            key = (sig.check, tuple(sorted(sig.labels.items())), sig.signal)
+            held = 0.0
+            if sig.holds:
+                held = now - self._held_since.setdefault(key, now)
+                held_keys.add(key)
+            check = _judge(sig, held)
+            slot = key[:2]
+            if slot not in merged or check.status.rank > merged[slot].status.rank:
+                merged[slot] = check
+        # A condition that stopped holding starts its hold again next time.
+        for key in set(self._held_since) - held_keys:
+            del self._held_since[key]
+        return worst_first(list(merged.values()))
+
+
+def _judge(sig: Signal, held: float) -> Check:
+    reason = sig.reason
+    if sig.holds is None:
+        status = Status.UNKNOWN
+    elif not sig.holds:
+        status = Status.OK
+    else:
+        reached = [stage for stage in sig.stages if held >= stage.hold_seconds]
+        if reached:
+            status = SEVERITY_STATUS[reached[-1].severity]
+            reason += f" (for {seconds(held)})" if held else ""
+        else:
+            first = sig.stages[0]
+            status = Status.WARN if first.severity == "critical" else Status.OK
+            reason += (f" (for {seconds(held)}; {sig.alert} fires after "
+                       f"{seconds(first.hold_seconds)})")
+    return Check(sig.check, status, sig.value, sig.threshold, sig.unit, reason,
+                 dict(sig.labels), sig.alert)
