@@ -34,6 +34,10 @@ class WebConfig:
     # Below Prometheus' default 10 s scrape timeout, so a slow source costs its
     # own readings and not the whole scrape.
     scrape_deadline_seconds: float = 8.0
+    # TLS and basic auth, in the exporter-toolkit's format (exporter/web_security.py).
+    config_file: str | None = None
+    # One line per request is noise at a 15 s scrape; on when debugging.
+    access_log: bool = False
 
     @property
     def host(self) -> str:
@@ -57,6 +61,9 @@ class EngineConfig:
     # The stall tracker reads the engine's counters 4 times a second.
     stall_tracker: bool = True
     stall_poll_interval_seconds: float = 0.25
+    # Empty: no stream tap. Else HOST:PORT for the tap, the proxy agents use instead
+    # of `url`; a bare port or ":PORT" means 127.0.0.1 (binding wider is explicit).
+    tap_listen_address: str = ""
 
 
 @dataclass(frozen=True)
@@ -131,13 +138,19 @@ def load_config(raw: Mapping[str, Any]) -> Config:
 
 
 def _web(t: Mapping[str, Any]) -> WebConfig:
-    _reject_unknown("web", t, {"listen_address", "scrape_deadline_seconds"})
+    _reject_unknown("web", t, set(WebConfig.__dataclass_fields__))
     address = _str("web.listen_address", t.get("listen_address", DEFAULT_LISTEN_ADDRESS))
     host, sep, port = address.rpartition(":")
     if not sep or not port.isdigit() or not 0 <= int(port) <= 65535:
         raise ConfigError("web.listen_address", address, "expected HOST:PORT, e.g. 127.0.0.1:9842")
     deadline = _positive("web.scrape_deadline_seconds", t.get("scrape_deadline_seconds", 8.0))
-    return WebConfig(listen_address=address, scrape_deadline_seconds=deadline)
+    config_file = t.get("config_file")
+    return WebConfig(
+        listen_address=address,
+        scrape_deadline_seconds=deadline,
+        config_file=None if config_file is None else _str("web.config_file", config_file),
+        access_log=_bool("web.access_log", t.get("access_log", False)),
+    )
 
 
 def _engine(index: int, t: object) -> EngineConfig:
@@ -155,6 +168,11 @@ def _engine(index: int, t: object) -> EngineConfig:
     parts = urlsplit(url)
     if parts.scheme not in ("http", "https") or not parts.netloc:
         raise ConfigError(f"{key}.url", url, "expected an http(s) URL, e.g. http://127.0.0.1:30000")
+    if parts.path.rstrip("/").endswith("/metrics") or parts.query or parts.fragment:
+        # The exporter adds /metrics, /server_info and /generate itself.
+        raise ConfigError(f"{key}.url", url,
+                          "give the engine's base URL, without a path or query, "
+                          "e.g. http://127.0.0.1:30000")
     defaults = EngineConfig(name=name, url=url)
     return EngineConfig(
         name=name,
@@ -179,7 +197,22 @@ def _engine(index: int, t: object) -> EngineConfig:
             f"{key}.stall_poll_interval_seconds",
             t.get("stall_poll_interval_seconds", defaults.stall_poll_interval_seconds),
         ),
+        tap_listen_address=_tap_address(f"{key}.tap_listen_address",
+                                        t.get("tap_listen_address", "")),
     )
+
+
+def _tap_address(key: str, value: object) -> str:
+    """HOST:PORT for the stream tap; no host means loopback, never every interface."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        value = str(value)
+    address = _str(key, value)
+    if not address:
+        return ""
+    host, sep, port = address.rpartition(":")
+    if not port.isdigit() or not 0 < int(port) <= 65535:
+        raise ConfigError(key, value, "expected HOST:PORT, e.g. 127.0.0.1:30001")
+    return f"{host if sep and host else '127.0.0.1'}:{port}"
 
 
 def _gpu(t: Mapping[str, Any]) -> GpuConfig:

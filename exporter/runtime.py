@@ -25,6 +25,7 @@ from exporter.health.report import Report
 from exporter.sources.base import Snapshot, Source, SourceRunner
 from exporter.sources.gpu import GpuSource
 from exporter.sources.host import HostSource
+from exporter.tap.source import TapSource
 
 log = logging.getLogger(__name__)
 
@@ -52,6 +53,8 @@ def build_sources(config: Config) -> list[Source]:
         elif engine_config.probe_interval_seconds > 0:
             log.warning("engine %s: no stream probe for kind %s (SGLang only)",
                         engine_config.name, engine_config.kind)
+        if engine_config.tap_listen_address:
+            sources.append(TapSource(engine_config))
     return sources
 
 
@@ -60,9 +63,9 @@ class Exporter:
         self.config = config
         self.sources = build_sources(config) if sources is None else sources
         self.runner = SourceRunner(self.sources, config.web.scrape_deadline_seconds)
+        self._in_flight: asyncio.Future[Snapshot] | None = None
         self.health = HealthMonitor(config.thresholds, config.engines)
         self._sampler: asyncio.Task[None] | None = None
-        self._reading: asyncio.Task[Snapshot] | None = None
 
     async def start(self) -> None:
         for source in self.sources:
@@ -82,12 +85,31 @@ class Exporter:
             if isinstance(source, Managed):
                 await source.close()
 
+    async def reconfigure(self, config: Config) -> None:
+        """Swap in the sources of a new config: start the new ones, then close the old."""
+        sources = build_sources(config)
+        for source in sources:
+            if isinstance(source, Managed):
+                await source.start()
+        old = self.sources
+        self.config, self.sources = config, sources
+        self.runner = SourceRunner(sources, config.web.scrape_deadline_seconds)
+        self._in_flight = None
+        self.health.reconfigure(config.thresholds, config.engines)
+        for source in reversed(old):
+            if isinstance(source, Managed):
+                await source.close()
+
     async def snapshot(self) -> Snapshot:
-        """Read every source once; callers that come while a read is under way
-        (a scrape, a health request, the sampler) share it rather than read again."""
-        if self._reading is None or self._reading.done():
-            self._reading = asyncio.create_task(self._read_and_observe())
-        return await asyncio.shield(self._reading)
+        """Read every source; scrapes, health requests and the health sampler that
+        arrive while a read is under way share it.
+
+        Fifty scrapes at once then cost SGLang and sysfs one read, not fifty. The
+        shield keeps one scraper's disconnect from cancelling the others' read.
+        """
+        if self._in_flight is None or self._in_flight.done():
+            self._in_flight = asyncio.ensure_future(self._read_and_observe())
+        return await asyncio.shield(self._in_flight)
 
     async def _read_and_observe(self) -> Snapshot:
         snapshot = await self.runner.snapshot()
@@ -103,9 +125,9 @@ class Exporter:
     async def _sample_when_idle(self) -> None:
         # Scrapes feed the history; only when none came for an interval does the
         # exporter read a snapshot itself, so Prometheus at 15 s adds nothing.
-        interval = self.config.health.sample_interval_seconds
         started = time.monotonic()
         while True:
+            interval = max(0.05, self.config.health.sample_interval_seconds)  # may be reloaded
             last = self.health.last_observed
             idle = time.monotonic() - (started if last is None else last)
             if idle >= interval:

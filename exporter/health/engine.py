@@ -1,5 +1,6 @@
 """Engine checks, mirroring alerts/rules/engine.py: engine up, decode starvation and
-stutter, the stream probe, the queue, the KV pool."""
+stutter, a wedged engine (the stream probe, or the queue where no probe runs), the
+queue, the KV pool."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ from exporter.engines.source import EngineReading
 from exporter.health.report import Signal, Stage
 from exporter.health.view import Context, seconds, signal
 
-#: RigDecodeStarvation{signal="wedged"} counts decode batches over `[1m]`.
+#: RigEngineWedged{signal="queue"} counts decode batches over `[1m]`.
 WEDGE_WINDOW_SECONDS = 60.0
 #: RigDecodeStuttering's subquery step: the stall maximum covers the last 60 s
 #: (exporter/engines/stall.py), so each minute with a stall counts once.
@@ -28,7 +29,7 @@ def engine_signals(c: Context) -> list[Signal]:
             continue  # down: RigEngineDown says so, and inhibits the rest
         out += _starvation(c, labels, reading)
         out += _stutter(c, labels, reading)
-        out += _probe(c, labels, config.name)
+        out += _wedged(c, labels, reading)
         out += _queue(c, labels, reading)
         out += _kv_pool(c, labels, reading)
     return out
@@ -70,19 +71,27 @@ def _starvation(c: Context, labels: dict[str, str], reading: EngineReading) -> l
         out.append(signal("decode_starvation", labels, "RigDecodeStarvation", stages, None,
                           None, limit, "s", f"{name}: nothing measures decode gaps "
                           "(stall tracker off, no stream probe)", "stall"))
-    out.append(_wedged(c, labels, reading))
     return out
 
 
-def _wedged(c: Context, labels: dict[str, str], reading: EngineReading) -> Signal:
+def _wedged(c: Context, labels: dict[str, str], reading: EngineReading) -> list[Signal]:
+    """RigEngineWedged: where a stream probe has a verdict, it decides; elsewhere,
+    requests queued with none running and no decode batch."""
+    probe = c.view.probes.get(labels["name"])
+    if probe is not None and probe.last is not None:
+        return _probe(c, labels, labels["name"])
+    return [*_probe(c, labels, labels["name"]), _queue_wedged(c, labels, reading)]
+
+
+def _queue_wedged(c: Context, labels: dict[str, str], reading: EngineReading) -> Signal:
     t, name = c.t, labels["name"]
     values = reading.metrics.values
     queued, running = values.get("queued_requests"), values.get("running_requests")
     stages = (Stage("critical", t.engine_wedged_seconds),)
 
     def wedged(holds: bool | None, reason: str) -> Signal:
-        return signal("decode_starvation", labels, "RigDecodeStarvation", stages, holds,
-                      queued, 0, "requests", reason, "wedged")
+        return signal("engine_wedged", labels, "RigEngineWedged", stages, holds,
+                      queued, 0, "requests", reason, "queue")
 
     if queued is None or running is None or not (queued > 0 and running == 0):
         return wedged(False, f"{name}: not wedged")
@@ -126,8 +135,8 @@ def _probe(c: Context, labels: dict[str, str], name: str) -> list[Signal]:
     if probe is None or probe.last is None:
         reason = (f"{name}: probe source down: {result.error}" if probe is None
                   else f"{name}: no stream probe has finished yet")
-        return [signal("engine_probe", labels, "RigEngineWedged", stages, None, None, None,
-                       "bool", reason)]
+        return [signal("engine_wedged", labels, "RigEngineWedged", stages, None, None, None,
+                       "bool", reason, "probe")]
     last = probe.last
     if last.success:
         ttft = f"{last.ttft_seconds:.2f} s" if last.ttft_seconds is not None else "?"
@@ -138,8 +147,8 @@ def _probe(c: Context, labels: dict[str, str], name: str) -> list[Signal]:
     else:
         reason = f"{name}: the HTTP server answers, but the last stream probe failed: " \
                  f"{last.reason}"
-    return [signal("engine_probe", labels, "RigEngineWedged", stages, not last.success,
-                   1.0 if last.success else 0.0, None, "bool", reason)]
+    return [signal("engine_wedged", labels, "RigEngineWedged", stages, not last.success,
+                   1.0 if last.success else 0.0, None, "bool", reason, "probe")]
 
 
 def _queue(c: Context, labels: dict[str, str], reading: EngineReading) -> list[Signal]:
@@ -164,8 +173,10 @@ def _kv_pool(c: Context, labels: dict[str, str], reading: EngineReading) -> list
                           f"{name}: KV pool {usage:.0%} used", "usage"))
     if "retracted_requests_total" in values:
         window = t.kv_saturated_for_seconds
+        # SGLang creates the counter at its first retraction: one that appeared
+        # while the exporter watched counts from 0, as the rule's `offset ... or 0`.
         retracted = c.history.increase(("engine", name, "retracted_requests_total"), c.now,
-                                       window)
+                                       window, created_from_zero=True)
         holds: bool | None = retracted is not None and retracted > 0
         reason = (f"{name}: {retracted or 0:.0f} requests retracted for lack of KV space "
                   f"in the last {seconds(window)}")

@@ -55,9 +55,18 @@ class History:
         before = [s for s in series if s[0] <= start]
         return before[-1:] + inside
 
-    def increase(self, key: Hashable, now: float, window_seconds: float) -> float | None:
-        """A counter's growth over the window, across resets; None without two samples."""
+    def increase(self, key: Hashable, now: float, window_seconds: float,
+                 created_from_zero: bool = False) -> float | None:
+        """A counter's growth over the window, across resets; None without two samples.
+
+        `created_from_zero`: a counter first seen inside the window, after the
+        history began, was absent before, i.e. 0 (engines create counters on
+        first use)."""
         points = self.samples(key, now, window_seconds)
+        if (created_from_zero and points and self.started is not None
+                and self.started < points[0][0] and points[0][0] > now - window_seconds
+                and self._series[key][0] == points[0]):
+            points = [(points[0][0], 0.0), *points]
         if len(points) < 2:
             return None
         grown = 0.0

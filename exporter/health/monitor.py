@@ -35,16 +35,21 @@ class HealthMonitor:
     def __init__(self, thresholds: Thresholds, engines: tuple[EngineConfig, ...] = (),
                  clock: Callable[[], float] = time.monotonic,
                  wall_clock: Callable[[], float] = time.time) -> None:
-        self.thresholds = thresholds
-        self.engines = engines
         self.clock = clock
         self.wall_clock = wall_clock
-        windows = [getattr(thresholds, f) for f in thresholds.__dataclass_fields__
-                   if f.endswith("_window_seconds")]
-        self.history = History(keep_seconds=max(windows) + 60)
+        self.history = History(keep_seconds=0)
         self._held_since: dict[Hashable, float] = {}
         self.last_observed: float | None = None
         self.report: Report | None = None
+        self.reconfigure(thresholds, engines)
+
+    def reconfigure(self, thresholds: Thresholds, engines: tuple[EngineConfig, ...]) -> None:
+        """New thresholds or engines (a config reload); the history and holds stay."""
+        self.thresholds = thresholds
+        self.engines = engines
+        windows = [getattr(thresholds, f) for f in thresholds.__dataclass_fields__
+                   if f.endswith("_window_seconds")]
+        self.history.keep_seconds = max(windows) + 60
 
     def observe(self, snapshot: Snapshot) -> Report:
         now = self.clock()

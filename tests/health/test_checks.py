@@ -136,14 +136,20 @@ class TestDecode:
                     "decode_starvation", name="main")
         assert check.status is Status.OK
 
-    def test_wedged_needs_a_minute_of_history(self) -> None:
+    def test_wedged_queue_needs_a_minute_of_history(self) -> None:
         rig = Rig(engines=[engine(queued_requests=3, running_requests=0)])
         watch = Watch()
-        assert one(watch.at(0, rig), "decode_starvation", name="main").status is Status.UNKNOWN
-        assert one(watch.over(0, 60, 15, rig), "decode_starvation",
+        assert one(watch.at(0, rig), "engine_wedged", name="main").status is Status.UNKNOWN
+        assert one(watch.over(0, 60, 15, rig), "engine_wedged",
                    name="main").status is Status.WARN
-        check = one(watch.over(60, 360, 15, rig), "decode_starvation", name="main")
+        check = one(watch.over(60, 360, 15, rig), "engine_wedged", name="main")
         assert check.status is Status.CRIT and "3 queued, none running" in check.reason
+        assert check.alert == "RigEngineWedged"
+
+    def test_where_a_probe_answers_it_decides_wedged(self) -> None:
+        rig = Rig(engines=[engine(queued_requests=3, running_requests=0)], probes=[probe()])
+        check = one(Watch().over(0, 360, 15, rig), "engine_wedged", name="main")
+        assert check.status is Status.OK and "last stream probe ok" in check.reason
 
     def test_stutter_counts_separate_minutes(self) -> None:
         watch = Watch(Thresholds(decode_stutter_for_seconds=0))
@@ -169,7 +175,7 @@ class TestDecode:
 
     def test_failed_probe_while_the_engine_answers(self) -> None:
         rig = Rig(probes=[probe(success=False, reason="HTTP 503 'overloaded'")])
-        check = one(Watch().over(0, 300, 30, rig), "engine_probe", name="main")
+        check = one(Watch().over(0, 300, 30, rig), "engine_wedged", name="main")
         assert check.status is Status.CRIT and "HTTP 503" in check.reason
 
     def test_engine_down_hides_its_other_checks(self) -> None:
@@ -196,6 +202,17 @@ class TestQueueAndKv:
         check = one(watch.at(315, Rig(engines=[engine(retracted_requests_total=6)])),
                     "kv_pool", name="main")
         assert check.status is Status.WARN and "2 requests retracted" in check.reason
+        # The counter created by the first retractions (absent before) counts from 0.
+        watch = Watch()
+        watch.over(0, 120, 30, Rig())
+        check = one(watch.at(135, Rig(engines=[engine(retracted_requests_total=3)])),
+                    "kv_pool", name="main")
+        assert check.status is Status.WARN and "3 requests retracted" in check.reason
+        # Near miss: a counter that stood still for the whole window.
+        watch = Watch()
+        check = one(watch.over(0, 330, 30, Rig(engines=[engine(retracted_requests_total=3)])),
+                    "kv_pool", name="main")
+        assert check.status is Status.OK
 
 
 class TestHiCache:
