@@ -29,21 +29,25 @@ def engine_alerts(t: Thresholds) -> list[Alert]:
         Alert(
             "RigDecodeStarvation",
             "critical",
-            # The stall tracker (4 Hz) and the probe see single long gaps; the
-            # ITL histogram spreads a gap over the tokens after it (sglang-metrics §5).
+            # The stall tracker (4 Hz), the probe and the stream tap (real
+            # traffic, DESIGN §3.1) see single long gaps; the ITL histogram
+            # spreads a gap over the tokens after it (sglang-metrics §5).
             f"""
 max_over_time(rig_engine_decode_stall_max_seconds[{longest}])
 and rig_engine_decode_stall_max_seconds >= {stall}
 or
 max_over_time(rig_probe_max_token_gap_seconds[{longest}])
 and rig_probe_max_token_gap_seconds >= {stall}
+or
+max_over_time(rig_stream_max_token_gap_seconds[{longest}])
+and rig_stream_max_token_gap_seconds >= {stall}
 """,
             t.decode_starvation_for_seconds,
             f"Running requests got no decoded token for {stall}s or more,"
             f" held {dur(t.decode_starvation_for_seconds)}.",
             ENGINE_SUBJECT + " went up to {{ $value | humanizeDuration }} without decoding a"
             f" token (longest stall in the last {longest}, alert at {stall}s;"
-            " stall tracker or stream probe).",
+            " stall tracker, stream probe or stream tap).",
             "Is a long prompt prefilling? rig_engine_queued_requests and the engine log's"
             " prefill lines.",
         ),

@@ -65,12 +65,18 @@ def _starvation(c: Context, labels: dict[str, str], reading: EngineReading) -> l
                           gap >= limit, gap, limit, "s",
                           f"{name}: the last stream probe waited {seconds(gap)} for a token",
                           "probe"))
-    # The stream tap (exporter/tap/, DESIGN §3.1) joins here once it has landed:
-    # its longest gap of real traffic is a third view of the same starvation.
+    tap = c.view.taps.get(name)
+    if tap is not None:
+        gap = tap.max_gap_seconds
+        out.append(signal("decode_starvation", labels, "RigDecodeStarvation", stages,
+                          gap >= limit, gap, limit, "s",
+                          f"{name}: real traffic through the stream tap waited {seconds(gap)} "
+                          f"for a token (longest gap in the last 60 s, {tap.active} streams open)",
+                          "tap"))
     if not out:
         out.append(signal("decode_starvation", labels, "RigDecodeStarvation", stages, None,
                           None, limit, "s", f"{name}: nothing measures decode gaps "
-                          "(stall tracker off, no stream probe)", "stall"))
+                          "(stall tracker off, no stream probe or tap)", "stall"))
     return out
 
 
@@ -91,7 +97,7 @@ def _queue_wedged(c: Context, labels: dict[str, str], reading: EngineReading) ->
 
     def wedged(holds: bool | None, reason: str) -> Signal:
         return signal("engine_wedged", labels, "RigEngineWedged", stages, holds,
-                      queued, 0, "requests", reason, "queue")
+                      queued, 0, "requests", reason, "queue", sustained=True)
 
     if queued is None or running is None or not (queued > 0 and running == 0):
         return wedged(False, f"{name}: not wedged")
@@ -159,7 +165,7 @@ def _queue(c: Context, labels: dict[str, str], reading: EngineReading) -> list[S
     holds = queued > 0 and running > 0
     return [signal("queue", labels, "RigQueueHeadOfLine",
                    (Stage("warning", c.t.queue_wait_seconds),), holds, queued, 0, "requests",
-                   f"{name}: {queued:.0f} queued while {running:.0f} run")]
+                   f"{name}: {queued:.0f} queued while {running:.0f} run", sustained=True)]
 
 
 def _kv_pool(c: Context, labels: dict[str, str], reading: EngineReading) -> list[Signal]:
@@ -170,7 +176,7 @@ def _kv_pool(c: Context, labels: dict[str, str], reading: EngineReading) -> list
         out.append(signal("kv_pool", labels, "RigKVPoolSaturated",
                           (Stage("warning", t.kv_saturated_for_seconds),),
                           usage >= t.kv_usage_ratio, usage, t.kv_usage_ratio, "ratio",
-                          f"{name}: KV pool {usage:.0%} used", "usage"))
+                          f"{name}: KV pool {usage:.0%} used", "usage", sustained=True))
     if "retracted_requests_total" in values:
         window = t.kv_saturated_for_seconds
         # SGLang creates the counter at its first retraction: one that appeared

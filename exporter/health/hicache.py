@@ -51,7 +51,7 @@ def _occupancy(c: Context, labels: dict[str, str], reading: EngineReading,
             holds, reason = None, f"{reason}; evictions: {c.not_filled(window)}"
     return [signal("hicache_l2_occupancy", labels, "RigHiCacheHostPoolFull",
                    (Stage("warning", t.hicache_host_pool_for_seconds),), holds, usage,
-                   t.hicache_host_pool_ratio, "ratio", reason)]
+                   t.hicache_host_pool_ratio, "ratio", reason, sustained=True)]
 
 
 def _churn(c: Context, labels: dict[str, str], reading: EngineReading) -> list[Signal]:

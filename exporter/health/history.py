@@ -15,7 +15,7 @@ from collections.abc import Hashable, Iterable
 
 
 class History:
-    def __init__(self, keep_seconds: float, min_spacing_seconds: float = 5.0,
+    def __init__(self, keep_seconds: float, min_spacing_seconds: float = 0.0,
                  max_samples: int = 1024) -> None:
         self.keep_seconds = keep_seconds
         self.min_spacing_seconds = min_spacing_seconds

@@ -2,14 +2,16 @@
 the verdict up to date.
 
 Each snapshot (a scrape, a health request, or the background sampler when
-neither came for a while) feeds the history and is judged. A rule's hold time
-(`for`) is applied as the exporter has watched the condition:
+neither came for a while) feeds the history and is judged. A check says what
+holds now, at its rule's gravest severity (critical: crit, warning: warn, info:
+ok): a card downclocking now is the answer to "is my rig OK?", though its alert
+waits 2 minutes to warn and 10 to page. The reason says how long the condition
+has held (as the exporter has watched it) and when the alert fires.
 
-- held for the rule's `for`: the rule's severity (critical: crit, warning:
-  warn, info: ok, the reason says so);
-- holding, not yet for that long (Prometheus' "pending"): one step milder, so a
-  critical condition shows as warn at once and a warning one as ok, with the
-  time held and the hold in the reason.
+The exception are the conditions that a busy, healthy rig passes through
+(`Signal.sustained`: a queue, a full KV or L2 pool, requests queued with none
+running during a long prefill): those count only once they have held for their
+rule's `for`, and until then show ok with the time held in the reason.
 """
 
 from __future__ import annotations
@@ -50,6 +52,9 @@ class HealthMonitor:
         windows = [getattr(thresholds, f) for f in thresholds.__dataclass_fields__
                    if f.endswith("_window_seconds")]
         self.history.keep_seconds = max(windows) + 60
+        # Ten samples or more in the shortest window, and none closer than 5 s
+        # apart at the defaults, however often the exporter is scraped.
+        self.history.min_spacing_seconds = min(5.0, min(windows) / 10)
 
     def observe(self, snapshot: Snapshot) -> Report:
         now = self.clock()
@@ -88,14 +93,18 @@ def _judge(sig: Signal, held: float) -> Check:
     elif not sig.holds:
         status = Status.OK
     else:
+        first = sig.stages[0]
         reached = [stage for stage in sig.stages if held >= stage.hold_seconds]
-        if reached:
+        if not sig.sustained:
+            status = SEVERITY_STATUS[sig.stages[-1].severity]
+        elif reached:
             status = SEVERITY_STATUS[reached[-1].severity]
-            reason += f" (for {seconds(held)})" if held else ""
         else:
-            first = sig.stages[0]
-            status = Status.WARN if first.severity == "critical" else Status.OK
+            status = Status.OK
+        if not reached:
             reason += (f" (for {seconds(held)}; {sig.alert} fires after "
                        f"{seconds(first.hold_seconds)})")
+        elif held:
+            reason += f" (for {seconds(held)})"
     return Check(sig.check, status, sig.value, sig.threshold, sig.unit, reason,
                  dict(sig.labels), sig.alert)

@@ -55,6 +55,10 @@ class Signal:
     unit: str
     reason: str
     signal: str = ""  # tells apart two conditions of one check (as the rules' `signal`)
+    #: The hold is part of the condition: a queue, a full KV pool or L2 pool, a long
+    #: prefill with none running are normal moments of a busy rig; only lasting
+    #: for the rule's `for` makes them trouble.
+    sustained: bool = False
 
 
 @dataclass(frozen=True)

@@ -14,6 +14,7 @@ from exporter.health.report import Signal, Stage
 from exporter.sources.base import Snapshot, SourceResult
 from exporter.sources.gpu import GpuReading
 from exporter.sources.host import HostReading
+from exporter.tap.state import TapReading
 from exporter.thresholds import Thresholds
 
 
@@ -22,6 +23,7 @@ class RigView:
     results: dict[str, SourceResult]
     engines: dict[str, EngineReading]
     probes: dict[str, ProbeReading]
+    taps: dict[str, TapReading]
     gpu: GpuReading | None
     host: HostReading | None
 
@@ -34,6 +36,7 @@ class RigView:
             results={r.name: r for r in snapshot.results},
             engines={r.name: r for r in readings if isinstance(r, EngineReading)},
             probes={r.name: r for r in readings if isinstance(r, ProbeReading)},
+            taps={r.name: r for r in readings if isinstance(r, TapReading)},
             gpu=gpus[0] if gpus else None,
             host=hosts[0] if hosts else None,
         )
@@ -84,8 +87,9 @@ def history_values(view: RigView) -> Iterator[tuple[tuple[str, ...], float]]:
 
 def signal(check: str, labels: dict[str, str], alert: str, stages: tuple[Stage, ...],
            holds: bool | None, value: float | None, threshold: float | None, unit: str,
-           reason: str, name: str = "") -> Signal:
-    return Signal(check, labels, alert, stages, holds, value, threshold, unit, reason, name)
+           reason: str, name: str = "", sustained: bool = False) -> Signal:
+    return Signal(check, labels, alert, stages, holds, value, threshold, unit, reason, name,
+                  sustained)
 
 
 def seconds(value: float) -> str:
