@@ -42,6 +42,8 @@ GAUGES: dict[str, set[str]] = {
     "rig_probe_ttft_seconds": ENGINE,
     "rig_probe_max_token_gap_seconds": ENGINE,
     "rig_probe_decode_tokens_per_second": ENGINE,
+    "rig_stream_max_token_gap_seconds": ENGINE,
+    "rig_stream_active": ENGINE,
     "rig_gpu_present": CARD | {"pci_bus", "unique_id"},
     "rig_gpu_temperature_celsius": CARD | {"sensor"},
     "rig_gpu_temperature_limit_celsius": CARD | {"sensor", "limit"},
