@@ -45,6 +45,8 @@ GAUGES: dict[str, set[str]] = {
     "rig_stream_max_token_gap_seconds": ENGINE,
     "rig_stream_active": ENGINE,
     "rig_gpu_present": CARD | {"pci_bus", "unique_id"},
+    "rig_gpu_info": CARD | {"pci_bus", "device_id", "kind"},
+    "rig_gpu_expected_cards": set(),
     "rig_gpu_temperature_celsius": CARD | {"sensor"},
     "rig_gpu_temperature_limit_celsius": CARD | {"sensor", "limit"},
     "rig_gpu_power_watts": CARD,
