@@ -28,13 +28,25 @@ def gpu_signals(c: Context) -> list[Signal]:
         out += _hot(c, labels, card)
         out += _power_capped(c, labels, card)
         out += _pcie(c, labels, card)
-    if c.t.gpu_expected_count:
-        present = sum(1 for card in gpu.cards if card.present)
-        out.append(signal("gpu_count", {}, "RigGpuMissing",
-                          (Stage("critical", c.t.gpu_missing_for_seconds),),
-                          present < c.t.gpu_expected_count, present, c.t.gpu_expected_count,
-                          "cards", f"{present} of {c.t.gpu_expected_count} GPUs present"))
+    if gpu.expected_cards:
+        out.append(_count(c, gpu.cards, gpu.expected_cards))
     return out
+
+
+def _count(c: Context, cards: list[CardReading], expected: int) -> Signal:
+    """RigGpuMissing{signal="count"}: fewer cards read than [gpu] expected_cards,
+    unless the known cards (vanished ones included) make up the number: a card
+    that vanished is gpu_present's, once."""
+    read = sum(1 for card in cards if card.present)
+    holds = read < expected and len(cards) < expected
+    reason = f"{read} of {expected} GPUs read ([gpu] expected_cards)"
+    if read < expected and not holds:
+        reason += "; the missing ones vanished (gpu_present)"
+    elif holds:
+        reason += f"; {expected - len(cards)} never seen"
+    return signal("gpu_count", {}, "RigGpuMissing",
+                  (Stage("critical", c.t.gpu_missing_for_seconds),), holds, read, expected,
+                  "cards", reason)
 
 
 def _present(c: Context, labels: dict[str, str], card: CardReading) -> Signal:

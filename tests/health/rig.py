@@ -90,9 +90,11 @@ class Rig:
     cards: list[CardReading] = field(default_factory=lambda: [card("card1"), card("card2")])
     host: HostReading | None = field(default_factory=host)
     down: dict[str, str] = field(default_factory=dict)
+    expected_cards: int = 2  # [gpu] expected_cards
 
     def snapshot(self) -> Snapshot:
-        results = [SourceResult("gpu", GpuReading("sysfs", self.cards), 0.01)]
+        results = [SourceResult("gpu", GpuReading("sysfs", self.cards, self.expected_cards),
+                                0.01)]
         if self.host is not None:
             results.append(SourceResult("host", self.host, 0.01))
         results += [SourceResult(f"engine/{e.name}", e, 0.02) for e in self.engines]

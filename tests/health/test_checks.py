@@ -97,8 +97,16 @@ class TestGpu:
         rig = Rig(cards=[card("card1"), card("card2", present=False)])
         report = Watch().at(0, rig)
         assert one(report, "gpu_present", card="card2").status is Status.CRIT
-        assert one(report, "gpu_count").status is Status.CRIT
+        # It pages once: the count leaves a card it saw vanish to gpu_present.
+        assert one(report, "gpu_count").status is Status.OK
         assert "1 of 2" in one(report, "gpu_count").reason
+
+    def test_a_card_never_seen_is_counted(self) -> None:
+        report = Watch().at(0, Rig(cards=[card("card1")]))
+        check = one(report, "gpu_count")
+        assert check.status is Status.CRIT and "1 never seen" in check.reason
+        assert not [c for c in Watch().at(0, Rig(cards=[card("card1")], expected_cards=0))
+                    .checks if c.name == "gpu_count"]
 
     def test_pcie_below_the_slot_width_under_load(self) -> None:
         from exporter.sources.amdgpu_sysfs import PcieLink
