@@ -92,9 +92,17 @@ def test_real_processes_exit_0_then_2_when_the_engine_is_gone() -> None:
             time.sleep(0.2)  # the simulator is still starting
         assert done.returncode == 0, done.stdout + done.stderr
         assert "longest gap" in done.stdout
+        # The same stream judged against a starvation threshold under its gaps.
+        config = REPO / "tests" / "fixtures" / "rigctl-starved.toml"
+        starved = subprocess.run([*command, "--config", str(config)], cwd=REPO, env=env,
+                                 capture_output=True, text=True)
+        assert starved.returncode == 2, starved.stdout + starved.stderr
+        assert "STARVED: the longest gap reached the 0.001 s" in starved.stdout
     finally:
         sim.terminate()
         sim.wait(timeout=10)
     gone = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True)
     assert gone.returncode == 2
-    assert "FAILED" in gone.stdout
+    # The reason once, on the result line; no log line calling the engine "rigctl".
+    assert gone.stdout.count("Cannot connect") == 1 and "FAILED" in gone.stdout
+    assert gone.stderr == ""

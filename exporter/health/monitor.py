@@ -43,6 +43,7 @@ class HealthMonitor:
         self._held_since: dict[Hashable, float] = {}
         self.last_observed: float | None = None
         self.report: Report | None = None
+        self.snapshot = Snapshot(())  # the one the report judged
         self.reconfigure(thresholds, engines)
 
     def reconfigure(self, thresholds: Thresholds, engines: tuple[EngineConfig, ...]) -> None:
@@ -59,6 +60,7 @@ class HealthMonitor:
     def observe(self, snapshot: Snapshot) -> Report:
         now = self.clock()
         self.last_observed = now
+        self.snapshot = snapshot
         view = RigView.of(snapshot)
         self.history.record(now, history_values(view))
         context = Context(view, self.history, self.thresholds, now, self.engines)

@@ -7,8 +7,10 @@ import asyncio
 import json
 from pathlib import Path
 
+from alerts.generate import main as alerts_main
 from alerts.generate import render
-from exporter.config import load_config
+from dashboards.generate import main as dashboards_main
+from exporter.config import load_config, read_config_file
 from exporter.health.report import Status
 from exporter.runtime import Exporter
 from exporter.sim.procfs import HostSpec, write_proc
@@ -87,22 +89,28 @@ def test_the_sampler_reads_only_when_no_scrape_came() -> None:
     assert exporter.health.history.watched(exporter.health.last_observed or 0) > 0
 
 
-def test_one_threshold_moves_the_rule_and_the_health_check(tmp_path: Path) -> None:
+def test_one_threshold_moves_the_rule_the_health_check_and_the_dashboard_line(
+        tmp_path: Path) -> None:
     rig_toml = tmp_path / "rig.toml"
     rig_toml.write_text("[thresholds]\ngpu_hot_margin_celsius = 15\n")
     thresholds = thresholds_from_config(rig_toml)
     assert thresholds == Thresholds(gpu_hot_margin_celsius=15)
-    # The rule ...
-    assert "HEADROOM" not in render(thresholds)
-    assert "card_sensor:rig_gpu_temperature_headroom:celsius <= 15\n" in render(thresholds)
+    # The rule, rendered from the file ...
+    assert alerts_main(["--config", str(rig_toml), "--out", str(tmp_path / "rules.yaml")]) == 0
+    rules = (tmp_path / "rules.yaml").read_text()
+    assert "card_sensor:rig_gpu_temperature_headroom:celsius <= 15\n" in rules
     assert "card_sensor:rig_gpu_temperature_headroom:celsius <= 10\n" in render(Thresholds())
-    # ... and the check: junction 97 °C of 110 °C is hot with a 15 °C margin only.
+    # ... the dashboard's hot line, rendered from the file ...
+    assert dashboards_main(["--config", str(rig_toml), "--out", str(tmp_path / "dash")]) == 0
+    gpus = (tmp_path / "dash" / "gpus.json").read_text()
+    assert 'limit=\\"critical\\"} - 15"' in gpus and 'limit=\\"critical\\"} - 10"' not in gpus
+    # ... and the health check, judged with the table the exporter reads from the file:
+    # junction 97 °C of 110 °C is hot with a 15 °C margin only.
+    exporter_thresholds = load_config(read_config_file(rig_toml)).thresholds
+    assert exporter_thresholds == thresholds
     rig = Rig(cards=[card(temperatures_celsius={"edge": 70.0, "junction": 97.0,
                                                 "memory": 80.0})])
-    moved = one(Watch(thresholds).over(0, 120, 15, rig), "gpu_hot", card="card1")
-    default = one(Watch().over(0, 120, 15, rig), "gpu_hot", card="card1")
+    moved = one(Watch(exporter_thresholds).at(0, rig), "gpu_hot", card="card1")
+    default = one(Watch().at(0, rig), "gpu_hot", card="card1")
     assert (moved.status, moved.threshold) == (Status.WARN, 95)
     assert (default.status, default.threshold) == (Status.OK, 100)
-    # The exporter reads the same file into the same table.
-    from exporter.config import read_config_file
-    assert load_config(read_config_file(rig_toml)).thresholds == thresholds
