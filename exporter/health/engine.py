@@ -49,6 +49,15 @@ def _starvation(c: Context, labels: dict[str, str], reading: EngineReading) -> l
     limit = t.decode_stall_critical_seconds
     stages = (Stage("critical", t.decode_starvation_for_seconds),)
     out = []
+    # The tap first, as in the rule: what the agents waited is the figure to give.
+    tap = c.view.taps.get(name)
+    if tap is not None:
+        gap = tap.max_gap_seconds
+        out.append(signal("decode_starvation", labels, "RigDecodeStarvation", stages,
+                          gap >= limit, gap, limit, "s",
+                          f"{name}: real traffic through the stream tap waited {seconds(gap)} "
+                          f"for a token (longest gap in the last 60 s, {tap.active} streams open)",
+                          "tap"))
     if reading.stall is not None:
         longest = reading.stall.max_recent_seconds
         under_way = ", still under way" if reading.stall.current_seconds > 0 else ""
@@ -65,14 +74,6 @@ def _starvation(c: Context, labels: dict[str, str], reading: EngineReading) -> l
                           gap >= limit, gap, limit, "s",
                           f"{name}: the last stream probe waited {seconds(gap)} for a token",
                           "probe"))
-    tap = c.view.taps.get(name)
-    if tap is not None:
-        gap = tap.max_gap_seconds
-        out.append(signal("decode_starvation", labels, "RigDecodeStarvation", stages,
-                          gap >= limit, gap, limit, "s",
-                          f"{name}: real traffic through the stream tap waited {seconds(gap)} "
-                          f"for a token (longest gap in the last 60 s, {tap.active} streams open)",
-                          "tap"))
     if not out:
         out.append(signal("decode_starvation", labels, "RigDecodeStarvation", stages, None,
                           None, limit, "s", f"{name}: nothing measures decode gaps "
@@ -114,14 +115,17 @@ def _queue_wedged(c: Context, labels: dict[str, str], reading: EngineReading) ->
 
 
 def _stutter(c: Context, labels: dict[str, str], reading: EngineReading) -> list[Signal]:
-    if reading.stall is None:
-        return []
+    """A minute counts when the tap's longest gap or the stall tracker's longest
+    stall (both over the last 60 s) lies in the stutter range."""
     t, name = c.t, labels["name"]
+    if reading.stall is None and name not in c.view.taps:
+        return []
     low, high = t.decode_stutter_seconds, t.decode_stall_critical_seconds
     window = t.decode_stutter_window_seconds
-    steps = c.history.stepped(("engine", name, "decode_stall_max_seconds"), c.now, window,
-                              STUTTER_STEP_SECONDS)
-    minutes = sum(1 for v in steps if low <= v < high)
+    views = [c.history.stepped(("engine", name, family), c.now, window, STUTTER_STEP_SECONDS)
+             for family in ("stream_max_token_gap_seconds", "decode_stall_max_seconds")]
+    minutes = sum(1 for step in zip(*views, strict=True)
+                  if any(v is not None and low <= v < high for v in step))
     holds: bool | None = minutes >= t.decode_stutter_count
     reason = (f"{name}: decode paused {seconds(low)}-{seconds(high)} in {minutes} separate "
               f"minutes of the last {seconds(window)}")

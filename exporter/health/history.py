@@ -95,15 +95,14 @@ class History:
         return sum((t - mean_t) * (v - mean_v) for t, v in points) / spread
 
     def stepped(self, key: Hashable, now: float, window_seconds: float, step_seconds: float,
-                lookback_seconds: float = 300.0) -> list[float]:
-        """The value at each step of a PromQL subquery `[window:step]` ending now:
-        the latest sample at or before each step, no older than the lookback."""
+                lookback_seconds: float = 300.0) -> list[float | None]:
+        """The value at each step of a PromQL subquery `[window:step]` ending now
+        (newest first): the latest sample at or before each step, no older than the
+        lookback; None where there is none."""
         series = list(self._series.get(key, ()))
-        values = []
-        steps = int(window_seconds // step_seconds)
-        for k in range(steps):
+        values: list[float | None] = []
+        for k in range(int(window_seconds // step_seconds)):
             at = now - k * step_seconds
             before = [v for t, v in series if at - lookback_seconds <= t <= at]
-            if before:
-                values.append(before[-1])
+            values.append(before[-1] if before else None)
         return values

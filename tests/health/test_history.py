@@ -48,7 +48,8 @@ def test_stepped_takes_the_latest_sample_at_each_step() -> None:
     history = fed(points)
     steps = history.stepped("c", 600, 600, 60)
     assert len(steps) == 10
-    assert sum(1 for v in steps if v >= 2) == 2
+    assert sum(1 for v in steps if v is not None and v >= 2) == 2
+    assert fed([(500, 1.0)]).stepped("c", 600, 600, 60) == [1.0, 1.0] + [None] * 8
 
 
 def test_memory_is_bounded_by_age_and_spacing() -> None:
