@@ -19,7 +19,8 @@ DEFAULT_EXPORTER = f"http://{DEFAULT_LISTEN_ADDRESS}"
 
 EXIT_CODES = """exit status (as a Nagios plugin):
   0  ok            1  warning
-  2  critical      3  unknown: bad arguments, or the exporter cannot be reached"""
+  2  critical      3  unknown: bad arguments, the exporter cannot be reached,
+                      or it could judge nothing yet"""
 
 
 class Parser(argparse.ArgumentParser):

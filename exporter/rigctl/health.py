@@ -175,8 +175,9 @@ def discover_alertmanager(prometheus: str, timeout: float) -> str | None:
 
 
 def silenced_label_sets(alertmanager: str, timeout: float) -> list[dict[str, str]]:
-    alerts = get_json(alertmanager + "/api/v2/alerts?silenced=true&inhibited=false&active=false",
-                      timeout)
+    # All alerts (Alertmanager's openapi.yaml: active, silenced and inhibited all
+    # default to true); an alert is silenced when status.silencedBy names a silence.
+    alerts = get_json(alertmanager + "/api/v2/alerts", timeout)
     return [a.get("labels", {}) for a in alerts
             if a.get("status", {}).get("silencedBy")]
 

@@ -329,3 +329,25 @@ def test_a_tap_gap_counts_as_starvation() -> None:
                 name="main")
     assert check.status is Status.CRIT
     assert "stream tap waited 12.5 s" in check.reason and "3 streams open" in check.reason
+
+
+def test_stutter_minutes_count_from_the_tap_or_the_tracker() -> None:
+    from exporter.sources.base import Snapshot, SourceResult
+    from exporter.tap.state import TapReading
+
+    class TapRig(Rig):
+        tap_gap: float = 0.0
+
+        def snapshot(self) -> Snapshot:
+            base = super().snapshot()
+            tap = TapReading("sglang", "main", {}, (), 0.0, (), 0.0, self.tap_gap, 1, 10)
+            return Snapshot((*base.results, SourceResult("tap/main", tap, 0.0)))
+
+    watch = Watch(Thresholds(decode_stutter_for_seconds=0))
+    for minute in range(10):
+        rig = TapRig(engines=[engine(stall=4.0 if minute == 1 else 0.0)])
+        rig.tap_gap = 4.0 if minute in (4, 7) else 0.0  # the tracker missed these two
+        watch.over(minute * 60, minute * 60 + 45, 15, rig)
+    check = one(watch.at(645, TapRig(engines=[engine(stall=0.0)])), "decode_stutter",
+                name="main")
+    assert check.status is Status.WARN and check.value == 3
