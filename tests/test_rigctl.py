@@ -39,9 +39,13 @@ def test_prints_ttft_each_gap_and_the_longest() -> None:
     assert result.success
     lines = text.splitlines()
     assert lines[0].endswith(": ok")
+    # Each gap as printed is the one measured; a frame never comes early, while a
+    # loaded machine may deliver it late (so no tight upper bound).
     printed_gaps = [float(g) for g in lines[3].split()[2:]]
-    assert printed_gaps == pytest.approx(gaps, abs=0.05)
-    assert float(lines[4].split()[2]) == pytest.approx(0.4, abs=0.05)
+    assert printed_gaps == [round(g, 3) for g in result.gaps_seconds]
+    assert all(scripted - 0.01 <= got < scripted + 2.0
+               for got, scripted in zip(printed_gaps, gaps, strict=True))
+    assert float(lines[4].split()[2]) == round(max(result.gaps_seconds), 3)
     assert "tokens                      8" in text
 
 
