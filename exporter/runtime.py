@@ -67,6 +67,7 @@ class Exporter:
         self._in_flight: asyncio.Future[Snapshot] | None = None
         self.health = HealthMonitor(config.thresholds, config.engines)
         self._sampler: asyncio.Task[None] | None = None
+        self._rendered: tuple[Snapshot, bytes] | None = None
 
     async def start(self) -> None:
         for source in self.sources:
@@ -138,6 +139,13 @@ class Exporter:
                     log.exception("health sampler snapshot failed")
                 idle = 0.0
             await asyncio.sleep(max(0.05, interval - idle))
+
+    async def exposition(self) -> bytes:
+        """The /metrics body. Scrapes that share a snapshot share its rendering too."""
+        snapshot = await self.snapshot()
+        if self._rendered is None or self._rendered[0] is not snapshot:
+            self._rendered = (snapshot, self.render(snapshot))
+        return self._rendered[1]
 
     @staticmethod
     def render(snapshot: Snapshot) -> bytes:
