@@ -93,7 +93,7 @@ async def landing_page(request: web.Request) -> web.Response:
 <tr><th>source</th><th>state</th><th>read in</th><th>error</th></tr>
 {rows}
 </table>
-{_streams_table(snapshot)}</body></html>
+{_streams_table(exporter.health.snapshot)}</body></html>
 """
     return web.Response(text=page, content_type="text/html")
 
