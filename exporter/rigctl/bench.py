@@ -26,7 +26,14 @@ from exporter.bench.report import ReportError, print_report, print_starvation, p
 from exporter.bench.starvation import StarvationSettings, run_starvation
 from exporter.bench.stream import StreamFailed
 from exporter.bench.sweep import SweepSettings, run_sweep
-from exporter.rigctl.common import EXIT_CRITICAL, EXIT_OK, EXIT_UNKNOWN
+from exporter.rigctl.common import (
+    EXIT_CRITICAL,
+    EXIT_OK,
+    EXIT_UNKNOWN,
+    help_formatter,
+    http_url,
+    positive,
+)
 
 EPILOG = """exit status: 0 done, 2 the experiment failed mid-way, 3 it could not start,
 130 interrupted. Interrupted (Ctrl-C), it first closes its streams, so the engine
@@ -37,38 +44,37 @@ EXIT_INTERRUPTED = 130
 def add_parser(commands: argparse._SubParsersAction) -> argparse.ArgumentParser:
     bench = commands.add_parser(
         "bench", help="run the starvation or concurrency experiment against an engine",
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
-        epilog=EPILOG)
+        description=__doc__, formatter_class=help_formatter, epilog=EPILOG)
     experiments = bench.add_subparsers(dest="experiment", required=True)
 
     starvation = experiments.add_parser(
-        "starvation", epilog=EPILOG,
+        "starvation", epilog=EPILOG, formatter_class=help_formatter,
         help="A decodes; B sends a fresh long prompt; measure A's longest gap and B's TTFT",
         description="Agent A streams a long answer; --delay seconds after A's first token, "
                     "agent B sends a fresh prompt of --context-tokens random token ids. "
                     "Reports A's longest and p95 gap while B prefills, A's decode rate "
                     "before and during B, and B's time to first token.")
     _common(starvation)
-    starvation.add_argument("--context-tokens", type=int, default=65536, metavar="N",
+    starvation.add_argument("--context-tokens", type=positive(int), default=65536, metavar="N",
                             help="B's prompt and A's context, in tokens (default 65536)")
-    starvation.add_argument("--a-context-tokens", type=int, metavar="N",
+    starvation.add_argument("--a-context-tokens", type=positive(int), metavar="N",
                             help="A's context if it differs (default: --context-tokens)")
     starvation.add_argument("--delay", type=float, default=5.0, metavar="SECONDS",
                             help="from A's first token to B's request (default 5)")
-    starvation.add_argument("--a-max-tokens", type=int, default=4096, metavar="N",
+    starvation.add_argument("--a-max-tokens", type=positive(int), default=4096, metavar="N",
                             help="A's answer length; must outlast B's prefill (default 4096)")
 
     sweep = experiments.add_parser(
-        "sweep", epilog=EPILOG, help="ITL p50/p99, TTFT and throughput against concurrency",
+        "sweep", epilog=EPILOG, formatter_class=help_formatter, help="ITL p50/p99, TTFT and throughput against concurrency",
         description="For each concurrency, that many streams start together on fresh "
                     "prompts; reports ITL p50 and p99, the longest gap, TTFT, and the "
                     "aggregate prefill and decode rates.")
     _common(sweep)
     sweep.add_argument("--concurrency", default="1,2,4,8", type=_concurrency,
                        help="comma-separated stream counts (default 1,2,4,8)")
-    sweep.add_argument("--context-tokens", type=int, default=4096, metavar="N",
+    sweep.add_argument("--context-tokens", type=positive(int), default=4096, metavar="N",
                        help="each stream's prompt, in tokens (default 4096)")
-    sweep.add_argument("--max-new-tokens", type=int, default=256, metavar="N",
+    sweep.add_argument("--max-new-tokens", type=positive(int), default=256, metavar="N",
                        help="each stream's answer, in tokens (default 256)")
 
     report = experiments.add_parser("report", help="print saved results side by side",
@@ -79,7 +85,7 @@ def add_parser(commands: argparse._SubParsersAction) -> argparse.ArgumentParser:
 
 
 def _common(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--engine", required=True, metavar="URL",
+    parser.add_argument("--engine", required=True, metavar="URL", type=http_url,
                         help="the engine's base URL, e.g. http://127.0.0.1:30000")
     parser.add_argument("--api", choices=APIS, default="sglang",
                         help="sglang: /generate with input_ids; openai: /v1/completions "
@@ -89,7 +95,7 @@ def _common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", type=Path, metavar="FILE",
                         help="append the result as one JSON line")
     parser.add_argument("--json", action="store_true", help="print the result as JSON")
-    parser.add_argument("--timeout", type=float, default=900.0, metavar="SECONDS",
+    parser.add_argument("--timeout", type=positive(float), default=900.0, metavar="SECONDS",
                         help="give up after this long (default 900)")
 
 
