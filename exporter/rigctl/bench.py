@@ -65,7 +65,8 @@ def add_parser(commands: argparse._SubParsersAction) -> argparse.ArgumentParser:
                             help="A's answer length; must outlast B's prefill (default 4096)")
 
     sweep = experiments.add_parser(
-        "sweep", epilog=EPILOG, formatter_class=help_formatter, help="ITL p50/p99, TTFT and throughput against concurrency",
+        "sweep", epilog=EPILOG, formatter_class=help_formatter,
+        help="ITL p50/p99, TTFT and throughput against concurrency",
         description="For each concurrency, that many streams start together on fresh "
                     "prompts; reports ITL p50 and p99, the longest gap, TTFT, and the "
                     "aggregate prefill and decode rates.")
