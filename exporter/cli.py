@@ -36,9 +36,18 @@ FLAGS = (
          "HOST:PORT to serve on (default 127.0.0.1:9842; use 0.0.0.0:PORT to open it)"),
     Flag("--web.scrape-deadline", "web", "scrape_deadline_seconds",
          "seconds each source may take per scrape (default 8)", float),
+    Flag("--web.config.file", "web", "config_file",
+         "exporter-toolkit web config (YAML): TLS and basic auth; see README"),
     Flag("--sysfs.root", "gpu", "sysfs_root", "root of the sysfs tree to read (default /sys)"),
     Flag("--gpu.backend", "gpu", "backend", "auto | sysfs | pyrsmi | none (default auto)"),
+    Flag("--gpu.cards", "gpu", "cards",
+         "cards to read: discrete | all | PCI addresses, comma-separated (default discrete)"),
+    Flag("--gpu.expected-cards", "gpu", "expected_cards",
+         "cards the rig should have; fewer pages RigGpuMissing; 0 disables (default 2)", int),
     Flag("--proc.root", "host", "proc_root", "root of the procfs tree to read (default /proc)"),
+    Flag("--health.sample-interval", "health", "sample_interval_seconds",
+         "seconds without a scrape after which the exporter reads a snapshot for the health "
+         "checks' windows itself; 0: never (default 15)", float),
     Flag("--log.level", "log", "level", "debug | info | warning | error (default info)"),
 )
 COLLECTOR_SWITCHES = {"gpu": "gpu", "host": "host"}
@@ -57,11 +66,15 @@ def build_parser() -> argparse.ArgumentParser:
         parser.add_argument(f"--collector.{name}", dest=f"{section}.enabled",
                             action=argparse.BooleanOptionalAction,
                             help=f"read the {name} source (default on)")
+    parser.add_argument("--web.access-log", dest="web.access_log",
+                        action=argparse.BooleanOptionalAction,
+                        help="log one line per HTTP request (default off)")
     parser.add_argument(
         "--engine", action="append", metavar="NAME=URL[,key=value...]",
         help="an engine to scrape, e.g. main=http://127.0.0.1:30000,kind=sglang,"
              "probe_interval_seconds=60; repeatable; replaces the file's [[engine]] list",
     )
+    add_tap_flag(parser)
     parser.add_argument("--version", action="version", version=f"rig-exporter {__version__}")
     return parser
 
@@ -79,7 +92,30 @@ def config_from_args(args: argparse.Namespace) -> Config:
         table[key] = value
     if args.engine:
         raw["engine"] = [parse_engine_flag(spec) for spec in args.engine]
+    apply_tap_flags(raw, args.tap_listen_address or ())
     return load_config(raw)
+
+
+def add_tap_flag(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--tap.listen-address", dest="tap_listen_address", action="append",
+        metavar="NAME=HOST:PORT",
+        help="put the stream tap in front of engine NAME, listening on HOST:PORT (a bare "
+             "PORT means 127.0.0.1); sets that engine's tap_listen_address; repeatable")
+
+
+def apply_tap_flags(raw: dict[str, Any], specs: Sequence[str]) -> None:
+    """`main=127.0.0.1:30001` sets tap_listen_address on the [[engine]] named main."""
+    for spec in specs:
+        name, sep, address = spec.partition("=")
+        if not sep:
+            raise ConfigError("--tap.listen-address", spec, "expected NAME=HOST:PORT")
+        engines = raw.get("engine", [])
+        table = next((e for e in engines if isinstance(e, dict) and e.get("name") == name),
+                     None)
+        if table is None:
+            raise ConfigError("--tap.listen-address", spec, f"no engine named {name!r}")
+        table["tap_listen_address"] = address
 
 
 def parse_engine_flag(spec: str) -> dict[str, Any]:
@@ -120,9 +156,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
     from exporter.web import serve  # aiohttp is only needed once the config is good
+    from exporter.web_security import load_web_security
 
     try:
-        serve(config)
+        security = load_web_security(config.web.config_file)
+    except ConfigError as exc:
+        print(f"rig-exporter: {exc}", file=sys.stderr)
+        return 2
+    try:
+        serve(config, security, reload=lambda: config_from_args(args))
     except OSError as exc:
         print(f"rig-exporter: cannot listen on {config.web.listen_address}: {exc}",
               file=sys.stderr)

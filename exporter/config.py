@@ -6,6 +6,7 @@ whose message names the key and the bad value. The CLI prints it and exits 2.
 
 from __future__ import annotations
 
+import re
 import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -18,6 +19,8 @@ from exporter.thresholds import Thresholds
 DEFAULT_LISTEN_ADDRESS = "127.0.0.1:9842"
 ENGINE_KINDS = ("sglang", "vllm")
 GPU_BACKENDS = ("auto", "sysfs", "pyrsmi", "none")
+GPU_CARD_SELECTIONS = ("discrete", "all")
+_PCI_ADDRESS = re.compile(r"^[0-9a-f]{4,8}:[0-9a-f]{2}:[01][0-9a-f]\.[0-7]$")
 
 
 class ConfigError(Exception):
@@ -34,6 +37,10 @@ class WebConfig:
     # Below Prometheus' default 10 s scrape timeout, so a slow source costs its
     # own readings and not the whole scrape.
     scrape_deadline_seconds: float = 8.0
+    # TLS and basic auth, in the exporter-toolkit's format (exporter/web_security.py).
+    config_file: str | None = None
+    # One line per request is noise at a 15 s scrape; on when debugging.
+    access_log: bool = False
 
     @property
     def host(self) -> str:
@@ -57,6 +64,9 @@ class EngineConfig:
     # The stall tracker reads the engine's counters 4 times a second.
     stall_tracker: bool = True
     stall_poll_interval_seconds: float = 0.25
+    # Empty: no stream tap. Else HOST:PORT for the tap, the proxy agents use instead
+    # of `url`; a bare port or ":PORT" means 127.0.0.1 (binding wider is explicit).
+    tap_listen_address: str = ""
 
 
 @dataclass(frozen=True)
@@ -64,6 +74,11 @@ class GpuConfig:
     enabled: bool = True
     backend: str = "auto"
     sysfs_root: str = "/sys"
+    # "discrete" skips the Ryzen's iGPU; "all"; or a tuple of PCI addresses.
+    cards: str | tuple[str, ...] = "discrete"
+    # rig-facts: 2x RX 7900 XTX. Exported as rig_gpu_expected_cards for
+    # RigGpuMissing; 0 disables the count.
+    expected_cards: int = 2
 
 
 @dataclass(frozen=True)
@@ -73,11 +88,19 @@ class HostConfig:
 
 
 @dataclass(frozen=True)
+class HealthConfig:
+    # The health checks' windows are fed by every scrape; when none came for this
+    # long, the exporter reads a snapshot itself (0: only scrapes and health requests).
+    sample_interval_seconds: float = 15.0
+
+
+@dataclass(frozen=True)
 class Config:
     web: WebConfig = field(default_factory=WebConfig)
     engines: tuple[EngineConfig, ...] = ()
     gpu: GpuConfig = field(default_factory=GpuConfig)
     host: HostConfig = field(default_factory=HostConfig)
+    health: HealthConfig = field(default_factory=HealthConfig)
     thresholds: Thresholds = field(default_factory=Thresholds)
     log_level: str = "info"
 
@@ -94,7 +117,7 @@ def read_config_file(path: str | Path) -> dict[str, Any]:
 
 def load_config(raw: Mapping[str, Any]) -> Config:
     """Validate a mapping shaped like the TOML file (see README) into a Config."""
-    _reject_unknown("", raw, {"web", "engine", "gpu", "host", "thresholds", "log"})
+    _reject_unknown("", raw, {"web", "engine", "gpu", "host", "health", "thresholds", "log"})
     engines = raw.get("engine", [])
     if not isinstance(engines, list):
         raise ConfigError("engine", engines, "must be an array of tables ([[engine]])")
@@ -115,6 +138,7 @@ def load_config(raw: Mapping[str, Any]) -> Config:
         engines=parsed,
         gpu=_gpu(_table(raw, "gpu")),
         host=_host(_table(raw, "host")),
+        health=_health(_table(raw, "health")),
         thresholds=thresholds,
         log_level=_choice("log.level", log_table.get("level", "info"),
                           ("debug", "info", "warning", "error")),
@@ -122,13 +146,19 @@ def load_config(raw: Mapping[str, Any]) -> Config:
 
 
 def _web(t: Mapping[str, Any]) -> WebConfig:
-    _reject_unknown("web", t, {"listen_address", "scrape_deadline_seconds"})
+    _reject_unknown("web", t, set(WebConfig.__dataclass_fields__))
     address = _str("web.listen_address", t.get("listen_address", DEFAULT_LISTEN_ADDRESS))
     host, sep, port = address.rpartition(":")
     if not sep or not port.isdigit() or not 0 <= int(port) <= 65535:
         raise ConfigError("web.listen_address", address, "expected HOST:PORT, e.g. 127.0.0.1:9842")
     deadline = _positive("web.scrape_deadline_seconds", t.get("scrape_deadline_seconds", 8.0))
-    return WebConfig(listen_address=address, scrape_deadline_seconds=deadline)
+    config_file = t.get("config_file")
+    return WebConfig(
+        listen_address=address,
+        scrape_deadline_seconds=deadline,
+        config_file=None if config_file is None else _str("web.config_file", config_file),
+        access_log=_bool("web.access_log", t.get("access_log", False)),
+    )
 
 
 def _engine(index: int, t: object) -> EngineConfig:
@@ -146,6 +176,11 @@ def _engine(index: int, t: object) -> EngineConfig:
     parts = urlsplit(url)
     if parts.scheme not in ("http", "https") or not parts.netloc:
         raise ConfigError(f"{key}.url", url, "expected an http(s) URL, e.g. http://127.0.0.1:30000")
+    if parts.path.rstrip("/").endswith("/metrics") or parts.query or parts.fragment:
+        # The exporter adds /metrics, /server_info and /generate itself.
+        raise ConfigError(f"{key}.url", url,
+                          "give the engine's base URL, without a path or query, "
+                          "e.g. http://127.0.0.1:30000")
     defaults = EngineConfig(name=name, url=url)
     return EngineConfig(
         name=name,
@@ -170,16 +205,53 @@ def _engine(index: int, t: object) -> EngineConfig:
             f"{key}.stall_poll_interval_seconds",
             t.get("stall_poll_interval_seconds", defaults.stall_poll_interval_seconds),
         ),
+        tap_listen_address=_tap_address(f"{key}.tap_listen_address",
+                                        t.get("tap_listen_address", "")),
     )
 
 
+def _tap_address(key: str, value: object) -> str:
+    """HOST:PORT for the stream tap; no host means loopback, never every interface."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        value = str(value)
+    address = _str(key, value)
+    if not address:
+        return ""
+    host, sep, port = address.rpartition(":")
+    if not port.isdigit() or not 0 < int(port) <= 65535:
+        raise ConfigError(key, value, "expected HOST:PORT, e.g. 127.0.0.1:30001")
+    return f"{host if sep and host else '127.0.0.1'}:{port}"
+
+
 def _gpu(t: Mapping[str, Any]) -> GpuConfig:
-    _reject_unknown("gpu", t, {"enabled", "backend", "sysfs_root"})
+    _reject_unknown("gpu", t, set(GpuConfig.__dataclass_fields__))
+    defaults = GpuConfig()
+    expected = t.get("expected_cards", defaults.expected_cards)
+    if isinstance(expected, str) and expected.isdigit():  # from --gpu.expected-cards
+        expected = int(expected)
     return GpuConfig(
         enabled=_bool("gpu.enabled", t.get("enabled", True)),
         backend=_choice("gpu.backend", t.get("backend", "auto"), GPU_BACKENDS),
         sysfs_root=_str("gpu.sysfs_root", t.get("sysfs_root", "/sys")),
+        cards=_gpu_cards(t.get("cards", defaults.cards)),
+        expected_cards=int(_non_negative("gpu.expected_cards", expected, integer=True)),
     )
+
+
+def _gpu_cards(value: object) -> str | tuple[str, ...]:
+    """`discrete`, `all`, or PCI addresses: a TOML list, or comma-separated (the flag)."""
+    if isinstance(value, str) and value in GPU_CARD_SELECTIONS:
+        return value
+    addresses = value.split(",") if isinstance(value, str) else value
+    if not isinstance(addresses, list | tuple) or not addresses:
+        raise ConfigError("gpu.cards", value,
+                          "use discrete, all, or a list of PCI addresses like 0000:03:00.0")
+    normalised = tuple(str(a).strip().lower() for a in addresses)
+    for address in normalised:
+        if not _PCI_ADDRESS.match(address):
+            raise ConfigError("gpu.cards", value,
+                              f"{address!r} is not a PCI address like 0000:03:00.0")
+    return normalised
 
 
 def _host(t: Mapping[str, Any]) -> HostConfig:
@@ -188,6 +260,12 @@ def _host(t: Mapping[str, Any]) -> HostConfig:
         enabled=_bool("host.enabled", t.get("enabled", True)),
         proc_root=_str("host.proc_root", t.get("proc_root", "/proc")),
     )
+
+
+def _health(t: Mapping[str, Any]) -> HealthConfig:
+    _reject_unknown("health", t, {"sample_interval_seconds"})
+    return HealthConfig(sample_interval_seconds=_non_negative(
+        "health.sample_interval_seconds", t.get("sample_interval_seconds", 15.0)))
 
 
 def _table(raw: Mapping[str, Any], key: str) -> Mapping[str, Any]:
@@ -237,8 +315,8 @@ def _positive(key: str, value: object, integer: bool = False) -> float:
     return number
 
 
-def _non_negative(key: str, value: object) -> float:
-    number = _number(key, value)
+def _non_negative(key: str, value: object, integer: bool = False) -> float:
+    number = _number(key, value, integer)
     if number < 0:
         raise ConfigError(key, value, "must be 0 or more")
     return number

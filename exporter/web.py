@@ -3,21 +3,31 @@
     /metrics    Prometheus exposition, read fresh on every request
     /           landing page with links and each source's state
     /-/healthy  200 while the process serves
+    /api/health the health checks as JSON (exporter/health/health.schema.json)
 """
 
 from __future__ import annotations
 
+import asyncio
 import html
 import logging
+import signal
+from collections.abc import Callable
+from dataclasses import replace
 
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST
 
 from exporter import __version__
-from exporter.config import Config
+from exporter.config import Config, ConfigError, WebConfig
 from exporter.runtime import Exporter
+from exporter.sources.base import Snapshot
+from exporter.tap import tap_readings
+from exporter.web_security import WebSecurity, basic_auth_middleware
 
 log = logging.getLogger(__name__)
+access_logger = logging.getLogger("exporter.access")
+STOP_GRACE_SECONDS = 0.5
 
 EXPORTER_KEY = web.AppKey("exporter", Exporter)
 
@@ -28,6 +38,7 @@ def make_app(exporter: Exporter) -> web.Application:
     app.router.add_get("/metrics", metrics)
     app.router.add_get("/", landing_page)
     app.router.add_get("/-/healthy", healthy)
+    app.router.add_get("/api/health", api_health)
 
     async def lifecycle(app: web.Application):
         await exporter.start()
@@ -40,8 +51,13 @@ def make_app(exporter: Exporter) -> web.Application:
 
 async def metrics(request: web.Request) -> web.Response:
     exporter = request.app[EXPORTER_KEY]
-    body = exporter.render(await exporter.snapshot())
+    body = await exporter.exposition()
     return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+
+async def api_health(request: web.Request) -> web.Response:
+    report = await request.app[EXPORTER_KEY].health_report()
+    return web.json_response(report.to_json())
 
 
 async def healthy(request: web.Request) -> web.Response:
@@ -49,27 +65,113 @@ async def healthy(request: web.Request) -> web.Response:
 
 
 async def landing_page(request: web.Request) -> web.Response:
-    snapshot = await request.app[EXPORTER_KEY].snapshot()
+    exporter = request.app[EXPORTER_KEY]
+    report = await exporter.health_report()
     rows = "\n".join(
         f"<tr><td>{html.escape(r.name)}</td><td>{'up' if r.up else 'DOWN'}</td>"
         f"<td>{r.duration_seconds * 1000:.1f} ms</td><td>{html.escape(r.error or '')}</td></tr>"
-        for r in snapshot.results
+        for r in exporter.health.snapshot.results
+    )
+    # The checks that are not ok, worst first (all of them: rigctl health).
+    checks = "\n".join(
+        f"<tr><td>{c.status.value}</td><td>{html.escape(c.name)}</td>"
+        f"<td>{html.escape(c.reason)}</td></tr>"
+        for c in report.checks if c.status.value != "ok"
     )
     page = f"""<!doctype html>
 <html><head><title>rig telemetry exporter</title></head><body>
 <h1>rig telemetry exporter {html.escape(__version__)}</h1>
-<p><a href="/metrics">/metrics</a> &middot; <a href="/-/healthy">/-/healthy</a></p>
+<p><a href="/metrics">/metrics</a> &middot; <a href="/api/health">/api/health</a>
+&middot; <a href="/-/healthy">/-/healthy</a></p>
+<h2>health: {report.status.value}</h2>
+<table border="1" cellpadding="4">
+<tr><th>status</th><th>check</th><th>reason</th></tr>
+{checks}
+</table>
+<h2>sources</h2>
 <table border="1" cellpadding="4">
 <tr><th>source</th><th>state</th><th>read in</th><th>error</th></tr>
 {rows}
-</table></body></html>
+</table>
+{_streams_table(exporter.health.snapshot)}</body></html>
 """
     return web.Response(text=page, content_type="text/html")
 
 
-def serve(config: Config) -> None:
-    """Serve until SIGINT or SIGTERM; aiohttp then runs the cleanup (closing sources)."""
-    app = make_app(Exporter(config))
-    log.info("listening on http://%s/", config.web.listen_address)
-    web.run_app(app, host=config.web.host, port=config.web.port, print=None,
-                handle_signals=True, shutdown_timeout=5)
+def _streams_table(snapshot: Snapshot) -> str:
+    """Streams in flight through each tap and the worst gap between tokens of the last minute."""
+    readings = tap_readings(snapshot)
+    if not readings:
+        return ""
+    rows = "\n".join(
+        f"<tr><td>{html.escape(r.name)}</td><td>{r.active}</td>"
+        f"<td>{r.max_gap_seconds:.2f} s</td></tr>" for r in readings)
+    return f"""<h2>Streams through the tap</h2>
+<table border="1" cellpadding="4">
+<tr><th>engine</th><th>streams in flight</th><th>worst token gap, last 60 s</th></tr>
+{rows}
+</table>
+"""
+
+
+def serve(config: Config, security: WebSecurity | None = None,
+          reload: Callable[[], Config] | None = None) -> None:
+    """Serve until SIGINT or SIGTERM; SIGHUP re-reads the config through `reload`.
+
+    Raises OSError when the address cannot be bound, before anything is logged
+    as listening.
+    """
+    asyncio.run(_serve(config, security or WebSecurity(), reload))
+
+
+async def _serve(config: Config, security: WebSecurity,
+                 reload: Callable[[], Config] | None) -> None:
+    exporter = Exporter(config)
+    app = make_app(exporter)
+    if security.basic_auth_users:
+        app.middlewares.append(basic_auth_middleware(security.basic_auth_users))
+    # A scrape of a hung engine may be in flight at SIGTERM: give handlers half a
+    # second, then cancel them, so that a stop never waits out the 8 s deadline.
+    runner = web.AppRunner(app, handle_signals=False, shutdown_timeout=STOP_GRACE_SECONDS,
+                           access_log=access_logger if config.web.access_log else None)
+    await runner.setup()
+    try:
+        site = web.TCPSite(runner, config.web.host or None, config.web.port,
+                           ssl_context=security.tls)
+        await site.start()
+        log.info("listening on %s", listening_url(config.web, tls=security.tls is not None))
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(signum, stop.set)
+        loop.add_signal_handler(signal.SIGHUP, lambda: asyncio.ensure_future(
+            _reload(exporter, reload)))
+        await stop.wait()
+        log.info("stopping")
+    finally:
+        await runner.cleanup()
+
+
+async def _reload(exporter: Exporter, reload: Callable[[], Config] | None) -> None:
+    """Apply a re-read config to the sources; a bad file leaves the running one in force."""
+    if reload is None:
+        log.warning("SIGHUP: no config file to reload")
+        return
+    try:
+        config = reload()
+    except ConfigError as exc:
+        log.error("SIGHUP: config not reloaded, the previous one stays in force: %s", exc)
+        return
+    if config.web != exporter.config.web:
+        log.warning("SIGHUP: [web] changes take effect at the next restart")
+    await exporter.reconfigure(replace(config, web=exporter.config.web))
+    log.info("SIGHUP: config reloaded")
+
+
+def listening_url(web_config: WebConfig, tls: bool) -> str:
+    host = web_config.host
+    shown = "all interfaces" if host in ("", "0.0.0.0", "::") else None
+    scheme = "https" if tls else "http"
+    if shown:
+        return f"port {web_config.port} on {shown} ({scheme})"
+    return f"{scheme}://{'[' + host + ']' if ':' in host else host}:{web_config.port}/"

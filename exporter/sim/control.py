@@ -1,225 +1,253 @@
-"""The simulated rig's control endpoint: rig-level commands over loopback HTTP.
+"""The simulated engine's control endpoint: drive it from outside, over loopback only.
 
-Every command is a POST with a JSON object; the answer is the rig's state
-(`GET /state`), or `{"error": ...}` with status 400 for a bad command.
+Every call answers JSON; a bad call gets HTTP 400 and a one-line reason, and changes
+nothing. Calls from an address other than 127.0.0.1 or ::1 get 403.
 
-    GET  /state                    the whole rig: phase, engine, flows, cards, host
-    GET  /scenarios                the scenarios' names and summaries
-    POST /scenario                 {"name": "thermal-downclock", "time_scale": 0.05}
-                                   play one now (the one playing stops)
-    POST /healthy                  everything back to healthy (the engine restarted if down)
-    POST /cards/<card>             {"junction_celsius": 107, "sclk_mhz": 1650, ...}
-    POST /cards/<card>/remove      the card falls off the bus
-    POST /cards/<card>/restore     it comes back
-    POST /host                     {"memory_available_bytes": ..., "swap_out_bytes_per_second": ...,
-                                    "pressure_full_ratio": 0.2, "cpu_celsius": 93}
-    POST /engine                   {"running": 1, "queued": 3, "token_usage": 0.9,
-                                    "pause_decode_seconds": 47.23, "retract": 1,
-                                    "wedged": true, "down": true, "fault": "http_500"}
-    POST /flows                    tokens per scenario second: {"prompt_tokens": ...,
-                                    "hit_tokens": {"L2": 767}, "evicted_tokens": ...}
+    GET  /sim/state                   what the engine is doing now (policy, requests,
+                                      counters, simulated time)
+    POST /sim/set          {...}      set synthetic load and faults, any of:
+                                      running, queued, token_usage,
+                                      decode_batches_per_second, fault (none, refuse,
+                                      http_500, hang, slow_body, truncated,
+                                      cut_mid_line, garbage, non_utf8, huge,
+                                      malformed), wedged (true: the scheduler stops,
+                                      HTTP still answers), prefill_batches,
+                                      hicache_host_used_tokens,
+                                      hicache_host_total_tokens, evicted_tokens,
+                                      loaded_back_tokens, backed_up_tokens,
+                                      storage_prefetched_tokens,
+                                      storage_written_tokens, retracted_requests
+                                      (null: the family is absent)
+    POST /sim/pause-decode {"seconds": 47}
+                                      no decode batch for that many simulated seconds
+    POST /sim/requests     {"prompt_tokens": 65536, "max_new_tokens": 256,
+                            "cached": {"device": 0, "host": 0, "storage": 0},
+                            "count": 1, "stream": true}
+                                      submit requests that no client waits for
+                                      (answers their ids)
+    POST /sim/abort        {"rid": "sim-3"} or {"all": true}
+    POST /sim/restart                 the engine restarts: requests dropped,
+                                      counters gone
+    POST /sim/policy       {"policy": "n=4"} and/or any of chunked_prefill_size,
+                           max_consecutive_prefill_batches, enable_mixed_chunk,
+                           prefill_decode_interval, max_running_requests
+                                      the scheduler flags, from the next batch
+
+Example: `curl -s -XPOST localhost:30000/sim/pause-decode -d '{"seconds": 47}'`.
 """
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
+import ipaddress
+import json
 from collections.abc import Awaitable, Callable
-from typing import Any
 
 from aiohttp import web
 
-from exporter.sim.baseline import apply_healthy, power
-from exporter.sim.rig import SimRig
-from exporter.sim.scenarios import SCENARIOS
-from exporter.sim.sglang_state import Fault
+from exporter.sim.scheduler import Policy, validate_request
+from exporter.sim.sglang_state import Fault, SimEngine
 
-# Card settings in the rig's units -> (CardSpec field, factor to sysfs units).
-CARD_UNITS = {
-    "edge_celsius": ("edge_mc", 1000),
-    "junction_celsius": ("junction_mc", 1000),
-    "memory_celsius": ("memory_mc", 1000),
-    "sclk_mhz": ("sclk_hz", 1_000_000),
-    "power_cap_watts": ("power_cap_uw", 1_000_000),
+#: Fields /sim/set may change, and whether null (absent family) is allowed.
+SETTABLE: dict[str, bool] = {
+    "running": False, "queued": False, "token_usage": False,
+    "decode_batches_per_second": False, "prefill_batches": False,
+    "hicache_host_used_tokens": True, "hicache_host_total_tokens": True,
+    "evicted_tokens": True, "loaded_back_tokens": True, "backed_up_tokens": True,
+    "storage_prefetched_tokens": True, "storage_written_tokens": True,
+    "retracted_requests": True,
 }
+INTEGERS = {"running", "queued", "prefill_batches"}
+POLICY_FIELDS = {f.name: f.type for f in dataclasses.fields(Policy)}
 
 
-class BadCommand(ValueError):
-    pass
+class ControlError(ValueError):
+    """A control call that cannot be applied."""
 
 
-class RigControl:
-    """The aiohttp app around a SimRig; `start()` binds 127.0.0.1 on a free port."""
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
-    def __init__(self, rig: SimRig) -> None:
-        self.rig = rig
-        self.playing: asyncio.Task[None] | None = None
-        self.scenario = ""
-        self.app = web.Application()
-        self.app.router.add_get("/state", self.state)
-        self.app.router.add_get("/scenarios", self.scenarios)
-        for path, command in (
-            ("/scenario", self.play), ("/healthy", self.healthy),
-            ("/cards/{card}", self.card), ("/cards/{card}/remove", self.remove_card),
-            ("/cards/{card}/restore", self.restore_card), ("/host", self.host),
-            ("/engine", self.engine), ("/flows", self.flows),
-        ):
-            self.app.router.add_post(path, self._command(command))
-        self._runner: web.AppRunner | None = None
-        self.url = ""
 
-    async def start(self, port: int = 0) -> str:
-        self._runner = web.AppRunner(self.app, shutdown_timeout=0.5)
-        await self._runner.setup()
-        await web.TCPSite(self._runner, "127.0.0.1", port).start()
-        host, bound = self._runner.addresses[0][:2]
-        self.url = f"http://{host}:{bound}"
-        return self.url
+@web.middleware
+async def loopback_only(request: web.Request, handler: Handler) -> web.StreamResponse:
+    if request.path.startswith("/sim/"):
+        remote = request.remote or ""
+        try:
+            loopback = ipaddress.ip_address(remote).is_loopback
+        except ValueError:
+            loopback = False
+        if not loopback:
+            return web.json_response({"error": "the control endpoint answers loopback only"},
+                                     status=403)
+    return await handler(request)
 
-    async def stop(self) -> None:
-        await self.stop_playing()
-        if self._runner is not None:
-            await self._runner.cleanup()
 
-    def start_playing(self, name: str, time_scale: float | None = None) -> None:
-        scenario = SCENARIOS[name]
-        if self.playing is not None:
-            self.playing.cancel()
-        self.scenario = name
-        self.playing = asyncio.create_task(self.rig.play(scenario, time_scale),
-                                           name=f"scenario {name}")
+class Control:
+    def __init__(self, state: SimEngine) -> None:
+        self.state = state
 
-    async def stop_playing(self) -> None:
-        if self.playing is not None:
-            self.playing.cancel()
-            await asyncio.gather(self.playing, return_exceptions=True)
+    def routes(self) -> list[web.RouteDef]:
+        return [
+            web.get("/sim/state", self._wrap(self.describe)),
+            web.post("/sim/set", self._wrap(self.set)),
+            web.post("/sim/pause-decode", self._wrap(self.pause_decode)),
+            web.post("/sim/requests", self._wrap(self.submit)),
+            web.post("/sim/abort", self._wrap(self.abort)),
+            web.post("/sim/restart", self._wrap(self.restart)),
+            web.post("/sim/policy", self._wrap(self.policy)),
+        ]
 
-    # --- handlers -----------------------------------------------------------
-
-    def _command(self, command: Callable[[web.Request, dict[str, Any]], Awaitable[None]]):
+    def _wrap(self, action: Callable[[dict], dict]) -> Handler:
         async def handle(request: web.Request) -> web.Response:
+            body: object = {}
+            if request.can_read_body:
+                try:
+                    body = json.loads(await request.text() or "{}")
+                except json.JSONDecodeError as exc:
+                    return _error(f"the body is not JSON: {exc}")
+            if not isinstance(body, dict):
+                return _error("the body must be a JSON object")
             try:
-                body = await request.json() if request.can_read_body else {}
-                if not isinstance(body, dict):
-                    raise BadCommand("expected a JSON object")
-                await command(request, body)
-            except (BadCommand, KeyError, TypeError, ValueError, AttributeError) as exc:
-                return web.json_response({"error": f"{type(exc).__name__}: {exc}"}, status=400)
-            return web.json_response(self.snapshot())
+                return web.json_response(action(body))
+            except ControlError as exc:
+                return _error(str(exc))
         return handle
 
-    async def state(self, request: web.Request) -> web.Response:
-        return web.json_response(self.snapshot())
-
-    async def scenarios(self, request: web.Request) -> web.Response:
-        return web.json_response({name: s.summary for name, s in SCENARIOS.items()})
-
-    async def play(self, request: web.Request, body: dict[str, Any]) -> None:
-        name = body.get("name")
-        if name not in SCENARIOS:
-            raise BadCommand(f"no scenario {name!r}; known: {', '.join(SCENARIOS)}")
-        scale = body.get("time_scale")
-        if scale is not None and not (isinstance(scale, int | float) and scale > 0):
-            raise BadCommand(f"time_scale must be a number greater than 0, got {scale!r}")
-        self.start_playing(name, scale)
-
-    async def healthy(self, request: web.Request, body: dict[str, Any]) -> None:
-        await self.stop_playing()
-        await self.rig.engine_up()
-        apply_healthy(self.rig)
-
-    async def card(self, request: web.Request, body: dict[str, Any]) -> None:
-        card = self._card_name(request)
-        changes: dict[str, Any] = {}
-        for key, value in body.items():
-            if key == "power_watts":
-                changes.update(power(self.rig.cards[card], _number(key, value)))
-            elif key in CARD_UNITS:
-                field, factor = CARD_UNITS[key]
-                changes[field] = round(_number(key, value) * factor)
-            elif key in {f.name for f in dataclasses.fields(self.rig.cards[card])} - {"card"}:
-                changes[key] = value
-            else:
-                raise BadCommand(f"unknown card setting {key!r}")
-        self.rig.set_card(card, **changes)
-
-    async def remove_card(self, request: web.Request, body: dict[str, Any]) -> None:
-        self.rig.remove_card(self._card_name(request))
-
-    async def restore_card(self, request: web.Request, body: dict[str, Any]) -> None:
-        self.rig.restore_card(self._card_name(request))
-
-    async def host(self, request: web.Request, body: dict[str, Any]) -> None:
-        known = {f.name for f in dataclasses.fields(self.rig.host)}
-        for key, value in body.items():
-            if key not in known:
-                raise BadCommand(f"unknown host setting {key!r}")
-            if not (key == "cpu_celsius" and value is None):
-                _number(key, value)
-        self.rig.set_host(**body)
-
-    async def engine(self, request: web.Request, body: dict[str, Any]) -> None:
-        body = dict(body)
-        if "down" in body:
-            await (self.rig.engine_down() if body.pop("down") else self.rig.engine_up())
-        if "wedged" in body:
-            self.rig.wedge_stream(bool(body.pop("wedged")))
-        if "pause_decode_seconds" in body:
-            self.rig.pause_decode(_number("pause_decode_seconds", body.pop("pause_decode_seconds")))
-        if "retract" in body:
-            self.rig.retract(int(_number("retract", body.pop("retract"))))
-        if "fault" in body:
-            body["fault"] = Fault(body["fault"])
-        for key in ("running", "queued"):
-            if key in body:
-                body[key] = int(_number(key, body[key]))
-        allowed = {"running", "queued", "token_usage", "decode_batches_per_second", "fault",
-                   "hicache_host_used_tokens", "hicache_host_total_tokens",
-                   "max_total_num_tokens"}
-        unknown = set(body) - allowed
-        if unknown:
-            raise BadCommand(f"unknown engine setting {sorted(unknown)[0]!r}")
-        self.rig.set_engine(**body)
-
-    async def flows(self, request: web.Request, body: dict[str, Any]) -> None:
-        known = {f.name for f in dataclasses.fields(self.rig.flows)}
-        for key, value in body.items():
-            if key not in known:
-                raise BadCommand(f"unknown flow {key!r}")
-            if key == "hit_tokens":
-                if not isinstance(value, dict) or set(value) - {"L1", "L2", "L3"}:
-                    raise BadCommand("hit_tokens must map L1, L2 or L3 to tokens per second")
-                for tier, rate in value.items():
-                    _number(f"hit_tokens.{tier}", rate)
-            else:
-                _number(key, value)
-        self.rig.set_flows(dataclasses.replace(self.rig.flows, **body))
-
-    def _card_name(self, request: web.Request) -> str:
-        card = request.match_info["card"]
-        if card not in self.rig.cards:
-            raise BadCommand(f"no card {card!r}; cards: {', '.join(self.rig.cards)}")
-        return card
-
-    def snapshot(self) -> dict[str, Any]:
-        rig, engine = self.rig, self.rig.engine
+    def describe(self, _: dict) -> dict:
+        state = self.state
+        state.advance()
+        sched = state.scheduler
+        c = sched.counters
         return {
-            "scenario": self.scenario, "phase": rig.phase,
-            "scenario_seconds": round(rig.clock.now(), 3), "time_scale": rig.clock.time_scale,
-            "engine": {"url": rig.engine_url, "up": rig.server is not None,
-                       "running": engine.running, "queued": engine.queued,
-                       "token_usage": engine.token_usage, "fault": str(engine.fault),
-                       "wedged": engine.stream.hang_after_frames is not None,
-                       "decode_batches": engine.decode_batches()},
-            "flows": dataclasses.asdict(rig.flows),
-            "cards": {name: {"present": name not in rig.removed_cards,
-                             **dataclasses.asdict(spec)} for name, spec in rig.cards.items()},
-            "host": dataclasses.asdict(rig.host),
+            "simulated_seconds": sched.now,
+            "time_scale": state.time_scale,
+            "policy": {"name": state.policy.name, **dataclasses.asdict(state.policy)},
+            "synthetic": {"running": state.running, "queued": state.queued,
+                          "decode_batches_per_second": state.decode_batches_per_second,
+                          "token_usage": state.token_usage},
+            "fault": str(state.fault),
+            "wedged": state.wedged,
+            "batch_in_flight": None if sched.batch is None else {
+                "kind": str(sched.batch.kind), "start": sched.batch.start,
+                "end": sched.batch.end},
+            "requests": [{"rid": r.rid, "phase": str(r.phase), "prompt_tokens": r.prompt_tokens,
+                          "prefilled": r.prefilled, "generated": r.generated,
+                          "max_new_tokens": r.max_new_tokens, "ttft": r.ttft,
+                          "longest_gap": r.longest_gap()} for r in sched.active],
+            "counters": {"decode_batches": c.decode_batches,
+                         "prefill_batches": c.prefill_batches,
+                         "mixed_batches": c.mixed_batches,
+                         "prefill_compute_tokens": c.prefill_compute_tokens,
+                         "prefill_cache_tokens": c.prefill_cache_tokens,
+                         "decode_tokens": c.decode_tokens,
+                         "retracted_requests": c.retracted_requests,
+                         "evicted_tokens": c.evicted_tokens},
         }
 
+    def set(self, body: dict) -> dict:
+        changes: dict[str, object] = {}
+        for key, value in body.items():
+            if key == "fault":
+                try:
+                    changes[key] = Fault(value)
+                except ValueError:
+                    raise ControlError(f"fault is one of {', '.join(f.value for f in Fault)}"
+                                       ) from None
+            elif key == "wedged":
+                if not isinstance(value, bool):
+                    raise ControlError("wedged is true or false")
+                changes[key] = value
+            elif key in SETTABLE:
+                changes[key] = _number(key, value, nullable=SETTABLE[key])
+            else:
+                raise ControlError(f"cannot set {key!r}; settable: fault, wedged, "
+                                   + ", ".join(SETTABLE))
+        for key, value in changes.items():  # all checked first: a bad call changes nothing
+            setattr(self.state, key, value)
+        return self.describe({})
 
-def _number(key: str, value: object) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise BadCommand(f"{key} must be a number, got {value!r}")
-    return float(value)
+    def pause_decode(self, body: dict) -> dict:
+        seconds = _number("seconds", body.get("seconds"), nullable=False)
+        self.state.pause_decode(float(seconds))  # type: ignore[arg-type]
+        return {"paused_until": self.state.scheduler.decode_paused_until}
 
+    def submit(self, body: dict) -> dict:
+        unknown = set(body) - {"prompt_tokens", "max_new_tokens", "cached", "count", "stream"}
+        if unknown:
+            raise ControlError(f"unknown fields: {', '.join(sorted(unknown))}")
+        prompt = _count("prompt_tokens", body.get("prompt_tokens"))
+        wanted = _count("max_new_tokens", body.get("max_new_tokens", 128))
+        count = _count("count", body.get("count", 1))
+        cached = body.get("cached") or {}
+        if not isinstance(cached, dict):
+            raise ControlError("cached is an object of tier -> tokens")
+        stream = body.get("stream", True)
+        if not isinstance(stream, bool):
+            raise ControlError("stream is true or false")
+        try:
+            validate_request(prompt, wanted, cached)
+        except ValueError as exc:
+            raise ControlError(str(exc)) from None
+        rids = [self.state.submit(prompt, wanted, cached=cached, stream=stream).rid
+                for _ in range(count)]
+        return {"rids": rids}
+
+    def abort(self, body: dict) -> dict:
+        if body.get("all") is True:
+            active = [r.rid for r in self.state.scheduler.active]
+            for rid in active:
+                self.state.abort(rid)
+            return {"aborted": active}
+        rid = body.get("rid")
+        if not isinstance(rid, str):
+            raise ControlError('give {"rid": "..."} or {"all": true}')
+        if not self.state.abort(rid):
+            raise ControlError(f"no active request {rid!r}")
+        return {"aborted": [rid]}
+
+    def restart(self, _: dict) -> dict:
+        self.state.restart()
+        return self.describe({})
+
+    def policy(self, body: dict) -> dict:
+        changes = {k: v for k, v in body.items() if k != "policy"}
+        for key, value in changes.items():
+            kind = POLICY_FIELDS.get(key)
+            if kind is None:
+                raise ControlError(f"unknown policy field {key!r}; fields: "
+                                   + ", ".join(POLICY_FIELDS))
+            if kind == "bool" and not isinstance(value, bool):
+                raise ControlError(f"{key} is true or false")
+            if kind == "int" and (isinstance(value, bool) or not isinstance(value, int)
+                                  or value < 0):
+                raise ControlError(f"{key} is a whole number >= 0")
+        try:
+            base = (Policy.named(str(body["policy"])) if "policy" in body
+                    else self.state.policy)
+            policy = dataclasses.replace(base, **changes)
+        except ValueError as exc:
+            raise ControlError(str(exc)) from None
+        if policy.chunked_prefill_size < 1 or policy.max_running_requests < 1:
+            raise ControlError("chunked_prefill_size and max_running_requests must be >= 1")
+        self.state.set_policy(policy)
+        return {"policy": {"name": policy.name, **dataclasses.asdict(policy)}}
+
+
+def _number(key: str, value: object, nullable: bool) -> float | int | None:
+    if value is None and nullable:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
+        raise ControlError(f"{key} must be a number >= 0" + (" or null" if nullable else ""))
+    if key in INTEGERS and not float(value).is_integer():
+        raise ControlError(f"{key} must be a whole number")
+    return int(value) if key in INTEGERS else value
+
+
+def _count(key: str, value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ControlError(f"{key} must be a whole number >= 1")
+    return value
+
+
+def _error(reason: str) -> web.Response:
+    return web.json_response({"error": reason}, status=400)

@@ -12,23 +12,33 @@ import errno
 import logging
 import os
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from exporter.sources import gpu_metrics
 from exporter.sources.base import SourceError
+from exporter.sources.energy_counter import EnergyCounter
 
 log = logging.getLogger(__name__)
 
 AMD_VENDOR_ID = "0x1002"
 _CARD_NAME = re.compile(r"^card\d+$")
-_DPM_LEVEL = re.compile(r"^\s*\d+:\s*(\d+)\s*mhz\s*(\*)?\s*$", re.IGNORECASE)
+# `N: <MHz>Mhz[ *]`, or `S: <MHz>Mhz *` for a clock in deep sleep (below half the
+# minimum) from the shared printer `smu_cmn_print_dpm_clk_levels` (2025-12 series).
+_DPM_LEVEL = re.compile(r"^\s*(\d+|S):\s*(\d+)\s*mhz\s*(\*)?\s*$", re.IGNORECASE)
 _LINK_SPEED = re.compile(r"^([\d.]+)\s*GT/s")
 # hwmon temp labels (`amdgpu_pm.c`) -> the `sensor` label of DESIGN §2.
 _TEMP_SENSORS = {"edge": "edge", "junction": "junction", "mem": "memory"}
 _TEMP_LIMITS = {"crit": "critical", "emergency": "emergency"}
 _CLOCK_FILES = {"sclk": "pp_dpm_sclk", "mclk": "pp_dpm_mclk"}
+# gpu_metrics format revisions: 1 is the dGPU family (v1_x), 2 and 3 the APU
+# layouts (v2_x, v3_0: "gfx temperature on APUs", kgd_pp_interface.h).
+_DISCRETE_FORMATS, _INTEGRATED_FORMATS = {1}, {2, 3}
+# An APU's VRAM is the BIOS carve-out of system RAM; AM5 boards offer up to a
+# few GiB (inferred from board manuals, not a kernel fact). A 7900 XTX has 24 GiB.
+_CARVE_OUT_MAX_BYTES = 4 * 1024**3
+CARD_SELECTIONS = ("discrete", "all")
 
 
 @dataclass(frozen=True)
@@ -47,6 +57,8 @@ class CardReading:
     pci_bus: str
     unique_id: str
     present: bool = True
+    device_id: str = ""  # vendor:device, e.g. 1002:744c
+    kind: str = "discrete"  # or "integrated"
     temperatures_celsius: dict[str, float] = field(default_factory=dict)
     temperature_limits_celsius: dict[tuple[str, str], float] = field(default_factory=dict)
     power_watts: float | None = None
@@ -65,23 +77,87 @@ class CardReading:
     throttle_reasons: frozenset[str] | None = None
 
 
-class AmdgpuSysfs:
-    """Enumerates amdgpu cards and reads them; remembers cards that vanish."""
+@dataclass(frozen=True)
+class DpmTable:
+    top_hertz: float
+    current_hertz: float | None  # None: no line is starred
 
-    def __init__(self, root: str | os.PathLike[str]) -> None:
+
+def parse_dpm_table(text: str) -> DpmTable:
+    """The top level and the current clock of a `pp_dpm_*` table, in Hz.
+
+    The top level is the LAST numbered line, not the largest number: on SMU
+    13.0.0 the top sclk level is clamped to GameClockAc while the real clock
+    boosts above it, and a current clock between the levels prints as a fake
+    middle line, even above the top (`smu_v13_0_0_set_default_dpm_table`,
+    `smu_v13_0_0_print_clk_levels`). A table may star no line: the old printer
+    stars only an exact match, the shared one never stars the top of a
+    fine-grained table. Raises ValueError on a line of any other shape.
+    """
+    top, current = None, None
+    for line in text.splitlines():
+        match = _DPM_LEVEL.match(line)
+        if match is None:
+            raise ValueError(f"unexpected line {line[:40]!r}")
+        label, mhz, star = match.groups()
+        hertz = int(mhz) * 1e6
+        if label.upper() != "S":
+            top = hertz
+        if star and current is None:
+            current = hertz
+    if top is None:
+        raise ValueError("no DPM level")
+    return DpmTable(top, current)
+
+
+def card_kind(metrics_format: int | None, vram_total_bytes: float | None) -> tuple[str, str]:
+    """("discrete" | "integrated", the facts that decided it), from sysfs facts only.
+
+    Integrated only when every fact at hand says so: a dGPU taken for an iGPU
+    would not be read, which is worse than reading an iGPU.
+    """
+    facts = []
+    if metrics_format in _INTEGRATED_FORMATS:
+        facts.append((True, f"gpu_metrics format {metrics_format}, an APU layout"))
+    elif metrics_format in _DISCRETE_FORMATS:
+        facts.append((False, f"gpu_metrics format {metrics_format}, a dGPU layout"))
+    if vram_total_bytes is not None:
+        carve_out = vram_total_bytes <= _CARVE_OUT_MAX_BYTES
+        facts.append((carve_out, f"{vram_total_bytes / 1024**2:.0f} MiB of VRAM"
+                                 + (", a carve-out" if carve_out else "")))
+    why = "; ".join(reason for _, reason in facts) or "no fact found"
+    integrated = bool(facts) and all(says for says, _ in facts)
+    return ("integrated" if integrated else "discrete"), why
+
+
+class AmdgpuSysfs:
+    """Enumerates amdgpu cards and reads the selected ones; remembers cards that vanish.
+
+    `cards`: "discrete" (the default: skips the Ryzen's iGPU), "all", or PCI addresses.
+    """
+
+    def __init__(self, root: str | os.PathLike[str],
+                 cards: str | Sequence[str] = "discrete") -> None:
         self.root = Path(root)
-        self._seen: dict[str, tuple[str, str]] = {}  # card -> (pci_bus, unique_id)
+        self.cards = cards if isinstance(cards, str) else frozenset(cards)
+        self._kinds: dict[str, tuple[str, str]] = {}  # pci_bus -> (kind, reason)
+        # Keyed by PCI address: a driver reset can bring a card back as another cardN.
+        self._seen: dict[str, tuple[str, str]] = {}  # pci_bus -> (card, unique_id)
         self._warned: set[tuple[str, str]] = set()
+        self._energy: dict[tuple[str, str], EnergyCounter] = {}  # by (pci_bus, unique_id)
 
     def read_cards(self) -> list[CardReading]:
         found = {card: device for card, device in self._enumerate()}
-        readings = [self._read_card(card, device) for card, device in sorted(found.items())]
+        readings = [self._read_card(card, device, kind)
+                    for card, device in sorted(found.items())
+                    if (kind := self._selected_kind(card, device)) is not None]
         for reading in readings:
-            self._seen[reading.card] = (reading.pci_bus, reading.unique_id)
+            self._seen[reading.pci_bus] = (reading.card, reading.unique_id)
         # A card that fell off the bus keeps its series with gpu_present 0, so it
         # alerts instead of going silent.
-        for card, (pci_bus, unique_id) in sorted(self._seen.items()):
-            if card not in found:
+        read_buses = {reading.pci_bus for reading in readings}
+        for pci_bus, (card, unique_id) in sorted(self._seen.items()):
+            if pci_bus not in read_buses:
                 self._warn(card, "device", "card has disappeared")
                 readings.append(CardReading(card, pci_bus, unique_id, present=False))
         return readings
@@ -105,21 +181,44 @@ class AmdgpuSysfs:
         except OSError:
             return False
 
-    def _read_card(self, card: str, device: Path) -> CardReading:
+    def _selected_kind(self, card: str, device: Path) -> str | None:
+        """The card's kind if `cards` selects it, else None (told once)."""
+        pci_bus = os.path.basename(os.path.realpath(device))
+        if pci_bus not in self._kinds:
+            files = _CardFiles(card, device, self._warn)
+            blob = files.binary("gpu_metrics", quiet=True)
+            metrics_format = gpu_metrics.format_revision(blob) if blob else None
+            kind, why = card_kind(metrics_format, files.number("mem_info_vram_total", quiet=True))
+            self._kinds[pci_bus] = (kind, why)
+            if not self._selects(pci_bus, kind):
+                log.info("%s (%s, %s) is %s (%s); not read: [gpu] cards = %s", card, pci_bus,
+                         _device_id(files), kind, why, _describe(self.cards))
+        kind = self._kinds[pci_bus][0]
+        return kind if self._selects(pci_bus, kind) else None
+
+    def _selects(self, pci_bus: str, kind: str) -> bool:
+        if self.cards == "all":
+            return True
+        if self.cards == "discrete":
+            return kind == "discrete"
+        return pci_bus in self.cards
+
+    def _read_card(self, card: str, device: Path, kind: str) -> CardReading:
         files = _CardFiles(card, device, self._warn)
         endpoint = Path(os.path.realpath(device))
-        reading = CardReading(card, endpoint.name, files.text("unique_id") or "")
+        reading = CardReading(card, endpoint.name, files.text("unique_id", quiet=True) or "",
+                              device_id=_device_id(files), kind=kind)
         hwmon = self._hwmon(device)
         if hwmon is not None:
             self._read_hwmon(reading, _CardFiles(card, hwmon, self._warn))
         else:
             self._warn(card, "hwmon", "no amdgpu hwmon directory")
         for clock, filename in _CLOCK_FILES.items():
-            levels = files.dpm_levels(filename)
-            if levels:
-                current, top = levels
-                reading.clock_max_hertz[clock] = top
-                reading.clocks_hertz.setdefault(clock, current)
+            table = files.dpm_table(filename)
+            if table is not None:
+                reading.clock_max_hertz[clock] = table.top_hertz
+                if table.current_hertz is not None:
+                    reading.clocks_hertz.setdefault(clock, table.current_hertz)
         reading.busy_ratio = files.ratio("gpu_busy_percent")
         reading.memory_busy_ratio = files.ratio("mem_busy_percent")
         reading.vram_used_bytes = files.number("mem_info_vram_used")
@@ -199,12 +298,27 @@ class AmdgpuSysfs:
         if metrics.throttle_status is not None:
             reading.throttle_reasons = gpu_metrics.throttle_reasons(metrics.throttle_status)
         if metrics.energy_accumulator is not None:
-            reading.energy_joules = metrics.energy_accumulator * gpu_metrics.ENERGY_JOULES_PER_COUNT
+            counter = self._energy.setdefault((reading.pci_bus, reading.unique_id),
+                                              EnergyCounter())
+            reading.energy_joules = counter.add(metrics.energy_accumulator,
+                                                metrics.system_clock_ns,
+                                                metrics.average_socket_power_watts)
 
     def _warn(self, card: str, filename: str, reason: str) -> None:
         if (card, filename) not in self._warned:
             self._warned.add((card, filename))
             log.warning("%s: %s: %s (reported once)", card, filename, reason)
+
+
+def _device_id(files: _CardFiles) -> str:
+    vendor, device = files.text("vendor", quiet=True), files.text("device", quiet=True)
+    if not vendor or not device:
+        return ""
+    return f"{vendor.lower().removeprefix('0x')}:{device.lower().removeprefix('0x')}"
+
+
+def _describe(cards: str | frozenset[str]) -> str:
+    return cards if isinstance(cards, str) else ", ".join(sorted(cards))
 
 
 class _CardFiles:
@@ -262,25 +376,15 @@ class _CardFiles:
             return None
         return float(match.group(1)) * 1e9
 
-    def dpm_levels(self, name: str) -> tuple[float, float] | None:
-        """(current, top) of a `pp_dpm_*` table, in Hz."""
+    def dpm_table(self, name: str) -> DpmTable | None:
         text = self.text(name)
         if text is None:
             return None
-        levels, current = [], None
-        for line in text.splitlines():
-            match = _DPM_LEVEL.match(line)
-            if match is None:
-                self.warn(self.card, self.prefix + name, f"unexpected line {line[:40]!r}")
-                return None
-            hertz = int(match.group(1)) * 1e6
-            levels.append(hertz)
-            if match.group(2):
-                current = hertz
-        if not levels or current is None:
-            self.warn(self.card, self.prefix + name, "no level marked current")
+        try:
+            return parse_dpm_table(text)
+        except ValueError as exc:
+            self.warn(self.card, self.prefix + name, str(exc))
             return None
-        return current, max(levels)
 
     def _failed(self, name: str, exc: Exception, quiet: bool) -> None:
         if isinstance(exc, FileNotFoundError) and quiet:

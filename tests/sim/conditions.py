@@ -73,24 +73,26 @@ def _engine(v: _View, t: Thresholds) -> set[Crossing]:
     found: set[Crossing] = set()
     e = {"engine": "sglang", "name": ENGINE}
     stall_max = v.gauge("rig_engine_decode_stall_max_seconds", **e)
-    probe_gap = v.gauge("rig_probe_max_token_gap_seconds", **e)
-    if any(x is not None and x >= t.decode_stall_critical_seconds for x in (stall_max, probe_gap)):
-        found.add(_c("RigDecodeStarvation", signal="stall"))
-    if stall_max is not None and t.decode_stutter_seconds <= stall_max < \
-            t.decode_stall_critical_seconds:
+    gaps = (stall_max, v.gauge("rig_probe_max_token_gap_seconds", **e),
+            v.gauge("rig_stream_max_token_gap_seconds", **e))
+    if any(x is not None and x >= t.decode_stall_critical_seconds for x in gaps):
+        found.add(_c("RigDecodeStarvation"))
+    if any(x is not None and t.decode_stutter_seconds <= x < t.decode_stall_critical_seconds
+           for x in (gaps[0], gaps[2])):
         found.add(_c("RigDecodeStuttering"))
     queued = v.gauge("rig_engine_queued_requests", **e)
     running = v.gauge("rig_engine_running_requests", **e)
     decoded = v.increase("rig_engine_decode_batches_total", **e)
-    if queued and running == 0 and not decoded:
-        found.add(_c("RigDecodeStarvation", signal="wedged"))
+    probe = v.gauge("rig_probe_success", **e)
+    if queued and running == 0 and not decoded and probe is None:
+        found.add(_c("RigEngineWedged", signal="queue"))
     if queued and running:
         found.add(_c("RigQueueHeadOfLine"))
     up = v.gauge("rig_source_up", source=f"engine/{ENGINE}")
     if up == 0:
         found.add(_c("RigEngineDown"))
-    if v.gauge("rig_probe_success", **e) == 0 and up == 1:
-        found.add(_c("RigEngineWedged"))
+    if probe == 0 and up == 1:
+        found.add(_c("RigEngineWedged", signal="probe"))
     usage = v.gauge("rig_engine_kv_usage_ratio", **e)
     if usage is not None and usage >= t.kv_usage_ratio:
         found.add(_c("RigKVPoolSaturated", signal="usage"))
@@ -135,8 +137,10 @@ def _gpu(v: _View, t: Thresholds) -> set[Crossing]:
     for labels, value in present:
         if value == 0:
             found.add(_c("RigGpuMissing", signal="vanished", card=labels["card"]))
-    if t.gpu_expected_count and sum(1 for _, value in present if value == 1) \
-            < t.gpu_expected_count:
+    # Cards never seen: fewer read than expected, unless the missing ones are
+    # known (a vanished card pages as itself).
+    expected = v.gauge("rig_gpu_expected_cards") or 0
+    if sum(1 for _, value in present if value == 1) < expected and len(present) < expected:
         found.add(_c("RigGpuMissing", signal="count"))
     for labels, _ in present:
         found |= _card(v, t, labels["card"])
