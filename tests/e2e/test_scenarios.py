@@ -57,6 +57,8 @@ class Run:
     rigs: dict[str, SimRig]
     timelines: dict[str, Timeline]
     notifications: list[Notification] = field(default_factory=list)
+    # Info alerts firing in Prometheus at the end of the run.
+    info_firing: list[dict[str, str]] = field(default_factory=list)
 
 
 def rig_alerts(notifications: list[Notification], rig: str) -> Iterator[tuple[Notification,
@@ -166,7 +168,9 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Run]:
         loop.run(play_all(), timeout=longest + 2 * SLACK_SECONDS + HOLD_SECONDS
                  + RESOLVE_SECONDS + 30)
         time.sleep(HOLD_SECONDS)  # a late duplicate still counts
-        yield Run(rigs, timelines, loop.call(lambda: list(receiver.notifications)))
+        info = monitoring.query('ALERTS{severity="info",alertstate="firing"}')
+        yield Run(rigs, timelines, loop.call(lambda: list(receiver.notifications)),
+                  [a["metric"] for a in info])
 
 
 def _rule(alertname: str, labels: dict[str, str]) -> dict[str, Any]:
@@ -244,3 +248,13 @@ def test_an_alert_names_its_rig_and_leaves_the_other_rigs_silent(run: Run) -> No
     for _, alert in pages:
         assert alert["labels"]["rig"] == "gpu-missing"
         assert alert["labels"]["instance"] == run.rigs["gpu-missing"].exporter_address
+
+
+def test_info_alerts_fire_in_prometheus_and_notify_nobody(run: Run) -> None:
+    """card2 of every simulated rig sits at its 305 W cap with the PPT bit set
+    (rig-facts): RigGpuPowerCapped fires, and the `null` receiver keeps it quiet."""
+    capped = [a for a in run.info_firing if a["alertname"] == "RigGpuPowerCapped"]
+    assert "healthy" in {a["rig"] for a in capped}, run.info_firing
+    assert all(a["card"] == "card2" for a in capped)
+    assert not [a for n in run.notifications for a in n.payload["alerts"]
+                if a["labels"]["severity"] == "info"]
