@@ -20,6 +20,8 @@ from prometheus_client import CONTENT_TYPE_LATEST
 from exporter import __version__
 from exporter.config import Config, ConfigError, WebConfig
 from exporter.runtime import Exporter
+from exporter.sources.base import Snapshot
+from exporter.tap import tap_readings
 from exporter.web_security import WebSecurity, basic_auth_middleware
 
 log = logging.getLogger(__name__)
@@ -69,9 +71,26 @@ async def landing_page(request: web.Request) -> web.Response:
 <table border="1" cellpadding="4">
 <tr><th>source</th><th>state</th><th>read in</th><th>error</th></tr>
 {rows}
-</table></body></html>
+</table>
+{_streams_table(snapshot)}</body></html>
 """
     return web.Response(text=page, content_type="text/html")
+
+
+def _streams_table(snapshot: Snapshot) -> str:
+    """Streams in flight through each tap and the worst gap between tokens of the last minute."""
+    readings = tap_readings(snapshot)
+    if not readings:
+        return ""
+    rows = "\n".join(
+        f"<tr><td>{html.escape(r.name)}</td><td>{r.active}</td>"
+        f"<td>{r.max_gap_seconds:.2f} s</td></tr>" for r in readings)
+    return f"""<h2>Streams through the tap</h2>
+<table border="1" cellpadding="4">
+<tr><th>engine</th><th>streams in flight</th><th>worst token gap, last 60 s</th></tr>
+{rows}
+</table>
+"""
 
 
 def serve(config: Config, security: WebSecurity | None = None,
