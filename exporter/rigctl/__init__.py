@@ -1,5 +1,6 @@
 """`rigctl`: the rig from a terminal.
 
+    rigctl demo
     rigctl probe --engine http://127.0.0.1:30000
 
 One module per subcommand; each has `add_parser(commands)` and `run(args, out)`.
@@ -12,10 +13,10 @@ import sys
 from collections.abc import Sequence
 from typing import TextIO
 
-from exporter.rigctl import probe
+from exporter.rigctl import demo, probe
 from exporter.rigctl.common import Parser
 
-SUBCOMMANDS = (probe,)
+SUBCOMMANDS = (probe, demo)
 
 
 def build_parser() -> Parser:

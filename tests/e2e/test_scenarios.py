@@ -27,9 +27,9 @@ import yaml
 from alerts.generate import RULES_PATH
 from alerts.timescale import seconds
 from exporter.rigctl.stack import ALERTMANAGER_CONFIG, Monitoring, Notification, WebhookReceiver
+from exporter.rigctl.tour import SCENARIOS, TICK_SECONDS, Scenario, TourRig
 from tests.e2e import report
-from tests.e2e.scenarios import SCENARIOS, TICK_SECONDS, Scenario
-from tests.e2e.stack import LoopThread, SimRig
+from tests.e2e.stack import LoopThread
 
 TIME_SCALE = 10.0
 # Stall lengths compress 2-fold only (the 10 s threshold reads 5 s, the 47.23 s
@@ -54,7 +54,7 @@ class Timeline:
 
 @dataclass
 class Run:
-    rigs: dict[str, SimRig]
+    rigs: dict[str, TourRig]
     timelines: dict[str, Timeline]
     notifications: list[Notification] = field(default_factory=list)
     # Info alerts firing in Prometheus at the end of the run.
@@ -79,7 +79,7 @@ def _all_arrived(receiver: WebhookReceiver, scenario: Scenario, status: str) -> 
     return all(any(e.matches(labels) for labels in seen) for e in scenario.expected)
 
 
-async def play(scenario: Scenario, rig: SimRig, receiver: WebhookReceiver,
+async def play(scenario: Scenario, rig: TourRig, receiver: WebhookReceiver,
                timeline: Timeline) -> None:
     """Fault, wait for its pages (ticking the counters), hold, heal, wait for resolutions."""
     if not scenario.expected:
@@ -116,7 +116,7 @@ def _wait_targets_up(monitoring: Monitoring, count: int, timeout: float = 60) ->
         time.sleep(0.5)
 
 
-def _wait_exporter(rig: SimRig, timeout: float = 30) -> None:
+def _wait_exporter(rig: TourRig, timeout: float = 30) -> None:
     assert rig.exporter is not None
     deadline = time.monotonic() + timeout
     while True:
@@ -138,14 +138,16 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Run]:
         receiver = WebhookReceiver()
         loop.run(receiver.start())
         stack.callback(lambda: loop.run(receiver.stop()))
-        rigs: dict[str, SimRig] = {}
+        rigs: dict[str, TourRig] = {}
         for scenario in SCENARIOS:
-            rig = SimRig(scenario.name, workdir / scenario.name, TIME_SCALE, STALL_SCALE)
+            rig = TourRig(scenario.name, workdir / scenario.name, TIME_SCALE, STALL_SCALE)
             rig.workdir.mkdir()
             loop.run(rig.start_engine())
             stack.callback(lambda r=rig: loop.run(r.server.stop()))
             rig.write_files()
-            rig.start_exporter()
+            # 2 Hz, not 4: ten simulators render /metrics in this one process, and
+            # 0.5 s resolves the 5 s stall threshold.
+            rig.start_exporter(stall_poll_seconds=0.5)
             stack.callback(rig.exporter.stop)
             rigs[scenario.name] = rig
         for rig in rigs.values():
