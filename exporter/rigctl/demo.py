@@ -154,7 +154,9 @@ class Demo:
         self.say(f"== {scenario.name}: {scenario.reproduces}")
         if not scenario.expected:
             await asyncio.sleep(HEALTHY_SECONDS / self.speed)
-            self.say(f"   {scenario.name}: nothing fired, as it should")
+            active = ", ".join(_name(labels) for labels in self._paging())
+            self.say(f"   {scenario.name}: " + (f"active: {active}" if active else
+                                                "no alert that notifies anyone, as it should"))
             return
         wanted = ", ".join(e.alertname for e in scenario.expected)
         self.say(f"   fault: expect {wanted}")
