@@ -1,9 +1,11 @@
 """Alert thresholds and hold durations: the one place they live.
 
 `alerts/generate.py` renders the Prometheus rules from these values, the
-dashboards draw their threshold lines from them and `rigctl health` judges
-against them. The exporter's config loader validates a `[thresholds]` TOML
-table with `Thresholds.from_mapping`.
+dashboards draw their threshold lines from them and the exporter's
+`/api/health` (read by `rigctl health`) judges against them. The owner changes
+a value in one place, the `[thresholds]` table of the exporter's config file:
+the exporter validates it with `Thresholds.from_mapping`, and the generators
+read the same table with `thresholds_from_config(path)`.
 
 Defaults come from the owner's measurements (shared reference rig-facts.md,
 cited as "rig-facts") and DESIGN §5. Durations are seconds (`*_seconds`),
@@ -15,8 +17,10 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass
+from os import PathLike
 from typing import Any
 
 MIB = 1024 * 1024
@@ -108,6 +112,28 @@ class Thresholds:
                 raise ValueError(f"thresholds: unknown key {key!r} (value {value!r})")
             values[key] = _checked(key, fields[key].type, value)
         return cls(**values)
+
+
+def thresholds_from_config(path: str | PathLike[str]) -> Thresholds:
+    """The thresholds of an exporter config file: its `[thresholds]` table over
+    the defaults. Other tables are the exporter's business and are not read.
+
+    Raises ValueError naming the file, and the key and value where one is bad.
+    """
+    try:
+        with open(path, "rb") as f:
+            raw = tomllib.load(f)
+    except OSError as exc:
+        raise ValueError(f"{path}: {exc.strerror or exc}") from exc
+    except tomllib.TOMLDecodeError as exc:
+        raise ValueError(f"{path}: not valid TOML: {exc}") from exc
+    table = raw.get("thresholds", {})
+    if not isinstance(table, Mapping):
+        raise ValueError(f"{path}: thresholds must be a table ([thresholds]), got {table!r}")
+    try:
+        return Thresholds.from_mapping(table)
+    except ValueError as exc:
+        raise ValueError(f"{path}: {exc}") from exc
 
 
 def _checked(key: str, type_name: object, value: object) -> int | float:

@@ -45,7 +45,9 @@ def _(reading: GpuReading) -> Iterable[Metric]:
     limit = gauge("gpu_temperature_limit_celsius",
                   "Temperature limits: critical slows the card, emergency shuts it down.",
                   ["card", "sensor", "limit"])
-    energy = counter("gpu_energy_joules_total", "Energy used (gpu_metrics energy_accumulator).",
+    energy = counter("gpu_energy_joules_total",
+                     "Energy used since the exporter started: gpu_metrics energy_accumulator, "
+                     "a u32 that wraps every 65,536 J, accumulated across wraps.",
                      ["card"])
     clock = gauge("gpu_clock_hertz", "Current clock (sclk: graphics, mclk: memory controller).",
                   ["card", "clock"])

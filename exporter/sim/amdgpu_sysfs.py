@@ -51,6 +51,7 @@ class CardSpec:
     upstream_max_link: tuple[str, int] = ("16.0 GT/s PCIe", 16)
     throttle_status: int = 0x00010002  # TEMP_HOTSPOT (the Navi 31 quirk) and PPT0
     energy_accumulator: int = 0  # 0 on newer PMFW
+    system_clock_ns: int = 912345678901234  # gpu_metrics system_clock_counter: boottime ns
     extra_files: dict[str, str] = field(default_factory=dict)
 
 
@@ -87,6 +88,7 @@ def gpu_metrics_v1_3(spec: CardSpec) -> bytes:
     put(0x12, "<H", spec.memory_busy_percent)
     put(0x16, "<H", spec.power_average_uw // 1_000_000)
     put(0x18, "<Q", spec.energy_accumulator)
+    put(0x20, "<Q", spec.system_clock_ns)
     put(0x28, "<H", spec.sclk_hz // 1_000_000)
     put(0x36, "<H", spec.sclk_hz // 1_000_000)
     put(0x44, "<I", spec.throttle_status)

@@ -18,12 +18,15 @@ from pathlib import Path
 
 from exporter.sources import gpu_metrics
 from exporter.sources.base import SourceError
+from exporter.sources.energy_counter import EnergyCounter
 
 log = logging.getLogger(__name__)
 
 AMD_VENDOR_ID = "0x1002"
 _CARD_NAME = re.compile(r"^card\d+$")
-_DPM_LEVEL = re.compile(r"^\s*\d+:\s*(\d+)\s*mhz\s*(\*)?\s*$", re.IGNORECASE)
+# `N: <MHz>Mhz[ *]`, or `S: <MHz>Mhz *` for a clock in deep sleep (below half the
+# minimum) from the shared printer `smu_cmn_print_dpm_clk_levels` (2025-12 series).
+_DPM_LEVEL = re.compile(r"^\s*(\d+|S):\s*(\d+)\s*mhz\s*(\*)?\s*$", re.IGNORECASE)
 _LINK_SPEED = re.compile(r"^([\d.]+)\s*GT/s")
 # hwmon temp labels (`amdgpu_pm.c`) -> the `sensor` label of DESIGN §2.
 _TEMP_SENSORS = {"edge": "edge", "junction": "junction", "mem": "memory"}
@@ -65,6 +68,39 @@ class CardReading:
     throttle_reasons: frozenset[str] | None = None
 
 
+@dataclass(frozen=True)
+class DpmTable:
+    top_hertz: float
+    current_hertz: float | None  # None: no line is starred
+
+
+def parse_dpm_table(text: str) -> DpmTable:
+    """The top level and the current clock of a `pp_dpm_*` table, in Hz.
+
+    The top level is the LAST numbered line, not the largest number: on SMU
+    13.0.0 the top sclk level is clamped to GameClockAc while the real clock
+    boosts above it, and a current clock between the levels prints as a fake
+    middle line, even above the top (`smu_v13_0_0_set_default_dpm_table`,
+    `smu_v13_0_0_print_clk_levels`). A table may star no line: the old printer
+    stars only an exact match, the shared one never stars the top of a
+    fine-grained table. Raises ValueError on a line of any other shape.
+    """
+    top, current = None, None
+    for line in text.splitlines():
+        match = _DPM_LEVEL.match(line)
+        if match is None:
+            raise ValueError(f"unexpected line {line[:40]!r}")
+        label, mhz, star = match.groups()
+        hertz = int(mhz) * 1e6
+        if label.upper() != "S":
+            top = hertz
+        if star and current is None:
+            current = hertz
+    if top is None:
+        raise ValueError("no DPM level")
+    return DpmTable(top, current)
+
+
 class AmdgpuSysfs:
     """Enumerates amdgpu cards and reads them; remembers cards that vanish."""
 
@@ -72,6 +108,7 @@ class AmdgpuSysfs:
         self.root = Path(root)
         self._seen: dict[str, tuple[str, str]] = {}  # card -> (pci_bus, unique_id)
         self._warned: set[tuple[str, str]] = set()
+        self._energy: dict[tuple[str, str], EnergyCounter] = {}  # by (pci_bus, unique_id)
 
     def read_cards(self) -> list[CardReading]:
         found = {card: device for card, device in self._enumerate()}
@@ -115,11 +152,11 @@ class AmdgpuSysfs:
         else:
             self._warn(card, "hwmon", "no amdgpu hwmon directory")
         for clock, filename in _CLOCK_FILES.items():
-            levels = files.dpm_levels(filename)
-            if levels:
-                current, top = levels
-                reading.clock_max_hertz[clock] = top
-                reading.clocks_hertz.setdefault(clock, current)
+            table = files.dpm_table(filename)
+            if table is not None:
+                reading.clock_max_hertz[clock] = table.top_hertz
+                if table.current_hertz is not None:
+                    reading.clocks_hertz.setdefault(clock, table.current_hertz)
         reading.busy_ratio = files.ratio("gpu_busy_percent")
         reading.memory_busy_ratio = files.ratio("mem_busy_percent")
         reading.vram_used_bytes = files.number("mem_info_vram_used")
@@ -199,7 +236,11 @@ class AmdgpuSysfs:
         if metrics.throttle_status is not None:
             reading.throttle_reasons = gpu_metrics.throttle_reasons(metrics.throttle_status)
         if metrics.energy_accumulator is not None:
-            reading.energy_joules = metrics.energy_accumulator * gpu_metrics.ENERGY_JOULES_PER_COUNT
+            counter = self._energy.setdefault((reading.pci_bus, reading.unique_id),
+                                              EnergyCounter())
+            reading.energy_joules = counter.add(metrics.energy_accumulator,
+                                                metrics.system_clock_ns,
+                                                metrics.average_socket_power_watts)
 
     def _warn(self, card: str, filename: str, reason: str) -> None:
         if (card, filename) not in self._warned:
@@ -262,25 +303,15 @@ class _CardFiles:
             return None
         return float(match.group(1)) * 1e9
 
-    def dpm_levels(self, name: str) -> tuple[float, float] | None:
-        """(current, top) of a `pp_dpm_*` table, in Hz."""
+    def dpm_table(self, name: str) -> DpmTable | None:
         text = self.text(name)
         if text is None:
             return None
-        levels, current = [], None
-        for line in text.splitlines():
-            match = _DPM_LEVEL.match(line)
-            if match is None:
-                self.warn(self.card, self.prefix + name, f"unexpected line {line[:40]!r}")
-                return None
-            hertz = int(match.group(1)) * 1e6
-            levels.append(hertz)
-            if match.group(2):
-                current = hertz
-        if not levels or current is None:
-            self.warn(self.card, self.prefix + name, "no level marked current")
+        try:
+            return parse_dpm_table(text)
+        except ValueError as exc:
+            self.warn(self.card, self.prefix + name, str(exc))
             return None
-        return current, max(levels)
 
     def _failed(self, name: str, exc: Exception, quiet: bool) -> None:
         if isinstance(exc, FileNotFoundError) and quiet:

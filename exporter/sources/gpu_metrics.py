@@ -20,14 +20,10 @@ _V1_3_FIELDS = {
     "temperature_hotspot": (0x06, "<H"),
     "average_socket_power": (0x16, "<H"),
     "energy_accumulator": (0x18, "<Q"),
+    "system_clock_counter": (0x20, "<Q"),
     "average_gfxclk_frequency": (0x28, "<H"),
     "throttle_status": (0x44, "<I"),
 }
-
-# Energy counter resolution on SMU 13 parts: 15.259 uJ per count (amdsmi's
-# `counter_resolution` for amdsmi_get_energy_count). Not confirmed on Navi 31,
-# where newer PMFW leaves the field at 0, which we report as absent.
-ENERGY_JOULES_PER_COUNT = 15.259e-6
 
 # ASIC-dependent throttle_status bits on SMU 13.0.0
 # (`smu13_driver_if_v13_0_0.h`, "Throttler Control/Status Bits"), grouped into
@@ -57,7 +53,8 @@ class GpuMetrics:
     format_revision: int
     content_revision: int
     throttle_status: int | None = None
-    energy_accumulator: int | None = None
+    energy_accumulator: int | None = None  # raw counts; see energy_counter.py
+    system_clock_ns: int | None = None
     temperature_hotspot_celsius: float | None = None
     average_socket_power_watts: float | None = None
     average_gfxclk_hertz: float | None = None
@@ -79,7 +76,8 @@ def decode(blob: bytes) -> GpuMetrics:
         format_revision=frev,
         content_revision=crev,
         throttle_status=raw["throttle_status"],
-        energy_accumulator=energy or None,  # 0: deprecated by newer PMFW
+        energy_accumulator=energy or None,  # 0: firmware that does not fill it
+        system_clock_ns=raw["system_clock_counter"],
         temperature_hotspot_celsius=_scaled(raw["temperature_hotspot"], 1.0),
         average_socket_power_watts=_scaled(raw["average_socket_power"], 1.0),
         average_gfxclk_hertz=_scaled(raw["average_gfxclk_frequency"], 1e6),

@@ -40,3 +40,58 @@ def test_no_expected_gpu_count_drops_the_count_rule() -> None:
 @given(st.integers(min_value=1, max_value=10 * 86400))
 def test_durations_round_trip(value: int) -> None:
     assert seconds(_dur(value)) == value
+
+
+RIG_TOML = """
+[web]
+listen_address = "127.0.0.1:9842"
+
+[thresholds]
+kv_usage_ratio = 0.9
+decode_stall_critical_seconds = 15
+"""
+
+
+def test_config_thresholds_render_into_the_out_file(tmp_path) -> None:
+    config = tmp_path / "rig.toml"
+    config.write_text(RIG_TOML)
+    out = tmp_path / "rig-rules.yaml"
+    assert main(["--config", str(config), "--out", str(out)]) == 0
+    rules = out.read_text()
+    assert "rig_engine_kv_usage_ratio >= 0.9\n" in rules
+    assert "rig_engine_decode_stall_max_seconds >= 15\n" in rules
+    assert f"--config {config}" in rules.splitlines()[0]
+    assert main(["--config", str(config), "--out", str(out), "--check"]) == 0
+    # The committed (default) rules are stale against this config, and vice versa.
+    assert main(["--config", str(config), "--check"]) == 1
+    assert main(["--out", str(out), "--check"]) == 1
+    assert RULES_PATH.read_text() == render(Thresholds()), "the default file was not touched"
+
+
+def test_check_of_a_missing_out_file_is_stale(tmp_path, capsys) -> None:
+    assert main(["--out", str(tmp_path / "absent.yaml"), "--check"]) == 1
+    assert "absent.yaml is stale: run python -m alerts.generate --out" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("text", "fragment"),
+    [
+        ("[thresholds]\nkv_usage_ratio = 1.5\n", "kv_usage_ratio"),
+        ("[thresholds]\nno_such_key = 1\n", "no_such_key"),
+        ("thresholds = 3\n", "must be a table"),
+        ("[thresholds\n", "not valid TOML"),
+    ],
+)
+def test_a_bad_config_exits_2_naming_file_and_key(tmp_path, capsys, text, fragment) -> None:
+    config = tmp_path / "rig.toml"
+    config.write_text(text)
+    out = tmp_path / "out.yaml"
+    assert main(["--config", str(config), "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert str(config) in err and fragment in err
+    assert not out.exists()
+
+
+def test_a_missing_config_exits_2(tmp_path, capsys) -> None:
+    assert main(["--config", str(tmp_path / "nope.toml"), "--out", str(tmp_path / "o")]) == 2
+    assert "nope.toml" in capsys.readouterr().err

@@ -8,7 +8,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from exporter.thresholds import Thresholds
+from exporter.config import load_config, read_config_file
+from exporter.thresholds import Thresholds, thresholds_from_config
 
 FIELDS = {f.name: f.type for f in dataclasses.fields(Thresholds)}
 
@@ -56,3 +57,18 @@ def test_bad_tables_name_the_key_and_value(table: dict[str, object], fragment: s
 def test_thresholds_are_frozen() -> None:
     with pytest.raises(dataclasses.FrozenInstanceError):
         Thresholds().kv_usage_ratio = 0.5  # type: ignore[misc]
+
+
+def test_the_exporter_and_the_generators_read_the_same_table(tmp_path) -> None:
+    config = tmp_path / "rig.toml"
+    config.write_text('[[engine]]\nname = "main"\nurl = "http://127.0.0.1:30000"\n\n'
+                      "[thresholds]\ngpu_hot_margin_celsius = 7.5\ngpu_expected_count = 1\n")
+    from_file = thresholds_from_config(config)
+    assert from_file == load_config(read_config_file(config)).thresholds
+    assert from_file == Thresholds(gpu_hot_margin_celsius=7.5, gpu_expected_count=1)
+
+
+def test_a_config_without_thresholds_gives_the_defaults(tmp_path) -> None:
+    config = tmp_path / "rig.toml"
+    config.write_text('[web]\nlisten_address = "127.0.0.1:1"\n')
+    assert thresholds_from_config(config) == Thresholds()

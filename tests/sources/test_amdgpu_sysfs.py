@@ -82,7 +82,7 @@ class TestValuesInBaseUnits:
 
     def test_energy_only_where_the_counter_is_valid(self) -> None:
         cards = read(SYSFS_FIXTURE)
-        assert cards["card1"].energy_joules == pytest.approx(123456789 * 15.259e-6)
+        assert cards["card1"].energy_joules == 0.0  # the counter starts with the exporter
         assert cards["card2"].energy_joules is None  # 0: deprecated by newer PMFW
 
 
@@ -153,3 +153,49 @@ class TestBrokenInput:
     def test_missing_root_raises_a_clear_error(self, tmp_path: Path) -> None:
         with pytest.raises(SourceError, match="class/drm"):
             AmdgpuSysfs(tmp_path / "nope").read_cards()
+
+
+# pp_dpm_sclk as the kernel prints it. Two printers exist for SMU 13.0.0:
+# `smu_v13_0_0_print_clk_levels` (exact-match stars, a fake middle line for a current
+# clock between the levels) and the shared `smu_cmn_print_dpm_clk_levels` of the
+# 2025-12 series ("%d: %uMhz %s\n", 25 MHz tolerance, an `S:` line in deep sleep).
+SCLK_TABLES = {
+    # The top level is clamped to GameClockAc; the real clock boosts above it.
+    "boost above the top level": ("0: 500Mhz\n1: 2450Mhz *\n2: 2304Mhz\n", 2.45e9, 2.304e9),
+    "downclocked below the top": ("0: 500Mhz\n1: 1650Mhz *\n2: 2304Mhz\n", 1.65e9, 2.304e9),
+    "at the minimum": ("0: 500Mhz *\n1: 2304Mhz \n", 0.5e9, 2.304e9),
+    "idle, old printer": ("0: 500Mhz\n1: 5Mhz *\n2: 2304Mhz\n", 5e6, 2.304e9),
+    "deep sleep, shared printer": ("S: 5Mhz *\n1: 500Mhz \n2: 2304Mhz \n", 5e6, 2.304e9),
+    "boost, shared printer": ("0: 500Mhz \n1: 2450Mhz *\n2: 2304Mhz \n", 2.45e9, 2.304e9),
+    # The shared printer never stars level 2 of a fine-grained table: at the top
+    # clock it prints no `*` at all.
+    "at the top, shared printer": ("0: 500Mhz \n1: 2304Mhz \n", None, 2.304e9),
+}
+
+
+class TestDpmTables:
+    @pytest.mark.parametrize(("text", "current", "top"), SCLK_TABLES.values(), ids=SCLK_TABLES)
+    def test_max_is_the_last_line_and_current_the_starred_one(
+        self, sysfs_root: Path, text: str, current: float | None, top: float
+    ) -> None:
+        device = card_device(sysfs_root, "card1")
+        (device / "pp_dpm_sclk").write_text(text)
+        for name in ("freq1_input", "freq1_label"):  # only the table tells the current clock
+            (hwmon_dir(sysfs_root, "card1") / name).unlink()
+        card = read(sysfs_root)["card1"]
+        assert card.clock_max_hertz["sclk"] == top
+        assert card.clocks_hertz.get("sclk") == current
+
+    def test_discrete_table_without_a_star_keeps_its_max(self, sysfs_root: Path) -> None:
+        # The old printer stars only an exact match: a uclk of 1250 MHz stars nothing.
+        device = card_device(sysfs_root, "card2")
+        (device / "pp_dpm_mclk").write_text("0: 96Mhz \n1: 456Mhz \n2: 772Mhz \n3: 1249Mhz \n")
+        card = read(sysfs_root)["card2"]
+        assert card.clock_max_hertz["mclk"] == 1.249e9
+        assert card.clocks_hertz["mclk"] == 1.249e9  # from hwmon freq2_input
+
+    @pytest.mark.parametrize("text", ["", "0: fastMhz *\n", "0: 500Mhz\nX: 2304Mhz\n",
+                                      "0: 500Mhz\n1: 2304Ghz\n"])
+    def test_garbage_tables_are_absent(self, sysfs_root: Path, text: str) -> None:
+        (card_device(sysfs_root, "card1") / "pp_dpm_sclk").write_text(text)
+        assert "sclk" not in read(sysfs_root)["card1"].clock_max_hertz

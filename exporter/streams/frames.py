@@ -1,0 +1,118 @@
+"""What one `data:` payload carries: tokens, the end of the stream, an error, usage.
+
+Three shapes reach the rig (checked in sglang 0.5.23 and vllm 0.33.0 wheels):
+- SGLang native `/generate`: `{"text", "output_ids", "meta_info": {"completion_tokens"
+  (cumulative), "cached_tokens", "prompt_tokens", ...}}` (tokenizer_manager.py). A
+  frame carries tokens when `completion_tokens` grew.
+- OpenAI chunks (`/v1/chat/completions`, `/v1/completions`): `choices[].delta.content`
+  (chat; also `reasoning_content` in SGLang, `reasoning` in vLLM, `tool_calls`) or
+  `choices[].text` (completions). The final chunk may carry `usage` with
+  `completion_tokens` and `prompt_tokens_details.cached_tokens` (SGLang with
+  `--enable-cache-report`, vLLM with `--enable-prompt-tokens-details`).
+- Errors inside a stream: `{"error": {"message": ...}}` in both engines, then `[DONE]`.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+
+DONE = b"[DONE]"
+# Native frames repeat the whole text so far; past this size only meta_info is decoded.
+_FAST_PATH_BYTES = 4096
+# A key, not text: inside a JSON string every quote is escaped (`\"`).
+_KEY_END = re.compile(rb"\s*:\s*")
+_DELTA_FIELDS = ("content", "reasoning_content", "reasoning", "tool_calls")
+_decoder = json.JSONDecoder()
+
+
+@dataclass(frozen=True)
+class Frame:
+    done: bool = False
+    error: str | None = None
+    #: Cumulative generated tokens, where the frame says (native meta_info, usage).
+    completion_tokens: int | None = None
+    #: True/False where the frame's shape says whether it carries text (OpenAI);
+    #: None where only a growing `completion_tokens` tells (native).
+    content: bool | None = None
+    cached_tokens: int | None = None
+    recognised: bool = True
+
+
+_DONE_FRAME = Frame(done=True)
+_UNRECOGNISED = Frame(recognised=False)
+
+
+def parse_frame(payload: bytes) -> Frame:
+    """Read one payload; anything that is not one of the shapes above is `recognised=False`."""
+    if payload == DONE:
+        return _DONE_FRAME
+    if len(payload) > _FAST_PATH_BYTES:
+        meta = _tail_meta_info(payload)
+        if meta is not None:
+            return _native(meta)
+    try:
+        body = json.loads(payload)
+    except (ValueError, UnicodeDecodeError):
+        return _UNRECOGNISED
+    if not isinstance(body, dict):
+        return _UNRECOGNISED
+    if "error" in body:
+        return Frame(error=_error_message(body["error"]))
+    meta = body.get("meta_info")
+    if isinstance(meta, dict):
+        return _native(meta)
+    if isinstance(body.get("choices"), list):
+        return _openai(body)
+    return _UNRECOGNISED
+
+
+def _tail_meta_info(payload: bytes) -> dict | None:
+    """meta_info alone, when it is the frame's last key (it is: tokenizer_manager's out_dict)."""
+    at = payload.rfind(b'"meta_info"')
+    if at <= 0 or payload[at - 1] == 0x5C:  # a backslash: inside a string after all
+        return None
+    match = _KEY_END.match(payload, at + len(b'"meta_info"'))
+    if match is None:
+        return None
+    try:
+        meta, _ = _decoder.raw_decode(payload[match.end():].decode("utf-8"))
+    except (ValueError, UnicodeDecodeError):
+        return None
+    return meta if isinstance(meta, dict) else None
+
+
+def _native(meta: dict) -> Frame:
+    return Frame(completion_tokens=_count(meta.get("completion_tokens")),
+                 cached_tokens=_count(meta.get("cached_tokens")))
+
+
+def _openai(body: dict) -> Frame:
+    content = any(_has_text(choice) for choice in body["choices"])
+    usage = body.get("usage")
+    if not isinstance(usage, dict):
+        return Frame(content=content)
+    details = usage.get("prompt_tokens_details")
+    cached = _count(details.get("cached_tokens")) if isinstance(details, dict) else None
+    return Frame(content=content, completion_tokens=_count(usage.get("completion_tokens")),
+                 cached_tokens=cached)
+
+
+def _has_text(choice: object) -> bool:
+    if not isinstance(choice, dict):
+        return False
+    delta = choice.get("delta")
+    if isinstance(delta, dict):
+        return any(delta.get(f) for f in _DELTA_FIELDS)
+    return bool(choice.get("text"))
+
+
+def _count(value: object) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _error_message(error: object) -> str:
+    if isinstance(error, dict):
+        error = error.get("message", error)
+    return " ".join(str(error).split())[:200] or "error frame"

@@ -1,0 +1,34 @@
+"""Fixed-bucket histograms for TTFT and token gaps (bounded: a list of counts, however long
+the exporter runs)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+# 10 ms to 120 s (DESIGN §2): a healthy gap is tens of ms, a mixed-chunk stutter ~4 s,
+# a 64K-prefill starvation ~47 s and a cold 64K TTFT ~48 s (rig-facts.md).
+GAP_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0)
+
+
+@dataclass
+class Histogram:
+    bounds: Sequence[float] = GAP_BUCKETS
+    counts: list[int] = field(default_factory=list)  # cumulative, the last is +Inf
+    sum: float = 0.0
+
+    def __post_init__(self) -> None:
+        if not self.counts:
+            self.counts = [0] * (len(self.bounds) + 1)
+
+    def observe(self, seconds: float) -> None:
+        self.sum += seconds
+        for i, bound in enumerate(self.bounds):
+            if seconds <= bound:
+                self.counts[i] += 1
+        self.counts[-1] += 1
+
+    def buckets(self) -> list[tuple[str, float]]:
+        """(le, cumulative count) pairs, as HistogramMetricFamily takes them."""
+        bounds = [repr(b) for b in self.bounds] + ["+Inf"]
+        return [(bound, float(count)) for bound, count in zip(bounds, self.counts, strict=True)]

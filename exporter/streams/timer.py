@@ -1,0 +1,77 @@
+"""Time the token-bearing frames of one stream: TTFT, each gap, the longest, the rate.
+
+TTFT runs from the request sent to the first frame with a token. A gap runs between
+two such frames; frames with no new token (an OpenAI role chunk, a usage chunk) end
+no gap, because the client got no text. A gap still open counts only after the first
+token: before it the client is waiting for its TTFT, not stalled mid-answer.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class StreamTiming:
+    ttft_seconds: float | None
+    gaps_seconds: tuple[float, ...]  # empty unless the timer keeps them
+    gap_count: int
+    max_gap_seconds: float | None
+    tokens: int
+    #: Decode only: the tokens after the first frame over the time they took.
+    decode_tokens_per_second: float | None
+
+
+@dataclass
+class GapTimer:
+    sent_at: float
+    #: The probe and the bench keep every gap; the tap only counts them (bounded memory).
+    keep_gaps: bool = True
+    tokens: int = 0
+    first_at: float | None = None
+    last_at: float | None = None
+    first_tokens: int = 0
+    last_tokens: int = 0
+    gap_count: int = 0
+    max_gap: float | None = None
+    gaps: list[float] = field(default_factory=list)
+
+    def content(self, now: float, tokens: int) -> float | None:
+        """A frame with tokens arrived; `tokens` is the stream's total so far.
+        Returns the gap it ended, None for the first frame."""
+        self.tokens = max(self.tokens, tokens)
+        self.last_tokens = self.tokens
+        if self.last_at is None:
+            self.first_at = self.last_at = now
+            self.first_tokens = self.tokens
+            return None
+        gap = now - self.last_at
+        self.last_at = now
+        self.gap_count += 1
+        if self.max_gap is None or gap > self.max_gap:
+            self.max_gap = gap
+        if self.keep_gaps:
+            self.gaps.append(gap)
+        return gap
+
+    def open_gap(self, now: float) -> float | None:
+        """How long the client has waited since its last token; None before the first."""
+        return None if self.last_at is None else max(0.0, now - self.last_at)
+
+    def timing(self, open_until: float | None = None) -> StreamTiming:
+        """The stream so far; with `open_until`, the gap still open then counts in the max."""
+        longest = self.max_gap
+        open_gap = None if open_until is None else self.open_gap(open_until)
+        if open_gap is not None and (longest is None or open_gap > longest):
+            longest = open_gap
+        rate = None
+        if self.first_at is not None and self.last_at is not None and self.last_at > self.first_at:
+            rate = (self.last_tokens - self.first_tokens) / (self.last_at - self.first_at)
+        return StreamTiming(
+            ttft_seconds=None if self.first_at is None else self.first_at - self.sent_at,
+            gaps_seconds=tuple(self.gaps),
+            gap_count=self.gap_count,
+            max_gap_seconds=longest,
+            tokens=self.tokens,
+            decode_tokens_per_second=rate,
+        )

@@ -1,0 +1,71 @@
+"""StreamMeter: which frames are timed, and what the timing says (simulated time)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from exporter.streams import StreamMeter
+
+
+def data(body: object) -> bytes:
+    return b"data: " + json.dumps(body).encode() + b"\n\n"
+
+
+def native(tokens: int) -> bytes:
+    return data({"text": "t" * tokens, "meta_info": {"completion_tokens": tokens,
+                                                     "cached_tokens": 5}})
+
+
+def chat(content: str) -> bytes:
+    return data({"choices": [{"index": 0, "delta": {"content": content}}]})
+
+
+def test_native_stream_ttft_gaps_rate():
+    meter = StreamMeter(sent_at=10.0)
+    assert meter.feed(native(2), 10.4) == []
+    assert meter.feed(native(2), 10.9) == []  # no new token: ends no gap
+    assert meter.feed(native(4), 11.4) == [pytest.approx(1.0)]
+    assert meter.feed(native(6) + native(8), 11.6) == [pytest.approx(0.2), 0.0]
+    meter.feed(b"data: [DONE]\n\n", 11.7)
+    timing = meter.timer.timing()
+    assert meter.done and meter.cached_tokens == 5
+    assert timing.ttft_seconds == pytest.approx(0.4)
+    assert timing.gaps_seconds == pytest.approx((1.0, 0.2, 0.0))
+    assert timing.max_gap_seconds == pytest.approx(1.0)
+    assert timing.tokens == 8
+    assert timing.decode_tokens_per_second == pytest.approx(6 / 1.2)
+
+
+def test_openai_stream_counts_chunks_then_takes_the_usage():
+    meter = StreamMeter(sent_at=0.0)
+    meter.feed(data({"choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}}]}),
+               0.1)
+    meter.feed(chat("Hel"), 0.5)
+    meter.feed(chat("lo"), 0.6)
+    meter.feed(data({"choices": [], "usage": {"completion_tokens": 3,
+                                              "prompt_tokens_details": {"cached_tokens": 64}}}),
+               0.7)
+    timing = meter.timer.timing()
+    assert timing.ttft_seconds == pytest.approx(0.5)  # the role chunk is not a token
+    assert timing.gaps_seconds == pytest.approx((0.1,))
+    assert timing.tokens == 3 and meter.cached_tokens == 64
+
+
+def test_open_gap_after_the_first_token_only():
+    meter = StreamMeter(sent_at=0.0, keep_gaps=False)
+    assert meter.timer.open_gap(30.0) is None  # still waiting for the first token
+    meter.feed(chat("a"), 1.0)
+    meter.feed(chat("b"), 1.5)
+    assert meter.timer.open_gap(48.0) == pytest.approx(46.5)
+    timing = meter.timer.timing(open_until=48.0)
+    assert timing.max_gap_seconds == pytest.approx(46.5)
+    assert timing.gaps_seconds == () and timing.gap_count == 1
+
+
+def test_error_frame_and_unrecognised_frames_are_kept_apart():
+    meter = StreamMeter(sent_at=0.0)
+    meter.feed(b'data: {"error": {"message": "out of memory"}}\n\ndata: what\n\n', 1.0)
+    assert meter.error == "out of memory"
+    assert meter.unrecognised == 1 and meter.first_unrecognised == b"what"
