@@ -144,8 +144,17 @@ def test_real_time_pause_end_to_end():
             try:
                 await asyncio.sleep(0.6)
                 state.pause_decode(1.5)
-                await asyncio.sleep(2.3)
-                return exporter.render(await exporter.snapshot()).decode()
+                await asyncio.sleep(1.5)
+                # Then until the tracker has polled after the pause (its interval is
+                # the budget's, longer when this machine is loaded); bounded.
+                for _ in range(40):
+                    text = exporter.render(await exporter.snapshot()).decode()
+                    if "rig_engine_decode_stall_seconds{" in text and (
+                            'name="main"} 0.0' in text.split(
+                                "rig_engine_decode_stall_seconds{")[1].split("\n")[0]):
+                        break
+                    await asyncio.sleep(0.25)
+                return text
             finally:
                 await exporter.close()
 
