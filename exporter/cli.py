@@ -36,6 +36,8 @@ FLAGS = (
          "HOST:PORT to serve on (default 127.0.0.1:9842; use 0.0.0.0:PORT to open it)"),
     Flag("--web.scrape-deadline", "web", "scrape_deadline_seconds",
          "seconds each source may take per scrape (default 8)", float),
+    Flag("--web.config.file", "web", "config_file",
+         "exporter-toolkit web config (YAML): TLS and basic auth; see README"),
     Flag("--sysfs.root", "gpu", "sysfs_root", "root of the sysfs tree to read (default /sys)"),
     Flag("--gpu.backend", "gpu", "backend", "auto | sysfs | pyrsmi | none (default auto)"),
     Flag("--proc.root", "host", "proc_root", "root of the procfs tree to read (default /proc)"),
@@ -57,6 +59,9 @@ def build_parser() -> argparse.ArgumentParser:
         parser.add_argument(f"--collector.{name}", dest=f"{section}.enabled",
                             action=argparse.BooleanOptionalAction,
                             help=f"read the {name} source (default on)")
+    parser.add_argument("--web.access-log", dest="web.access_log",
+                        action=argparse.BooleanOptionalAction,
+                        help="log one line per HTTP request (default off)")
     parser.add_argument(
         "--engine", action="append", metavar="NAME=URL[,key=value...]",
         help="an engine to scrape, e.g. main=http://127.0.0.1:30000,kind=sglang,"
@@ -120,9 +125,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
     from exporter.web import serve  # aiohttp is only needed once the config is good
+    from exporter.web_security import load_web_security
 
     try:
-        serve(config)
+        security = load_web_security(config.web.config_file)
+    except ConfigError as exc:
+        print(f"rig-exporter: {exc}", file=sys.stderr)
+        return 2
+    try:
+        serve(config, security, reload=lambda: config_from_args(args))
     except OSError as exc:
         print(f"rig-exporter: cannot listen on {config.web.listen_address}: {exc}",
               file=sys.stderr)

@@ -35,6 +35,10 @@ class WebConfig:
     # Below Prometheus' default 10 s scrape timeout, so a slow source costs its
     # own readings and not the whole scrape.
     scrape_deadline_seconds: float = 8.0
+    # TLS and basic auth, in the exporter-toolkit's format (exporter/web_security.py).
+    config_file: str | None = None
+    # One line per request is noise at a 15 s scrape; on when debugging.
+    access_log: bool = False
 
     @property
     def host(self) -> str:
@@ -126,13 +130,19 @@ def load_config(raw: Mapping[str, Any]) -> Config:
 
 
 def _web(t: Mapping[str, Any]) -> WebConfig:
-    _reject_unknown("web", t, {"listen_address", "scrape_deadline_seconds"})
+    _reject_unknown("web", t, set(WebConfig.__dataclass_fields__))
     address = _str("web.listen_address", t.get("listen_address", DEFAULT_LISTEN_ADDRESS))
     host, sep, port = address.rpartition(":")
     if not sep or not port.isdigit() or not 0 <= int(port) <= 65535:
         raise ConfigError("web.listen_address", address, "expected HOST:PORT, e.g. 127.0.0.1:9842")
     deadline = _positive("web.scrape_deadline_seconds", t.get("scrape_deadline_seconds", 8.0))
-    return WebConfig(listen_address=address, scrape_deadline_seconds=deadline)
+    config_file = t.get("config_file")
+    return WebConfig(
+        listen_address=address,
+        scrape_deadline_seconds=deadline,
+        config_file=None if config_file is None else _str("web.config_file", config_file),
+        access_log=_bool("web.access_log", t.get("access_log", False)),
+    )
 
 
 def _engine(index: int, t: object) -> EngineConfig:
@@ -150,6 +160,11 @@ def _engine(index: int, t: object) -> EngineConfig:
     parts = urlsplit(url)
     if parts.scheme not in ("http", "https") or not parts.netloc:
         raise ConfigError(f"{key}.url", url, "expected an http(s) URL, e.g. http://127.0.0.1:30000")
+    if parts.path.rstrip("/").endswith("/metrics") or parts.query or parts.fragment:
+        # The exporter adds /metrics, /server_info and /generate itself.
+        raise ConfigError(f"{key}.url", url,
+                          "give the engine's base URL, without a path or query, "
+                          "e.g. http://127.0.0.1:30000")
     defaults = EngineConfig(name=name, url=url)
     return EngineConfig(
         name=name,

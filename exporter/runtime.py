@@ -7,6 +7,7 @@ web server starts and stops.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from typing import Protocol, runtime_checkable
 
@@ -54,6 +55,7 @@ class Exporter:
         self.config = config
         self.sources = build_sources(config) if sources is None else sources
         self.runner = SourceRunner(self.sources, config.web.scrape_deadline_seconds)
+        self._in_flight: asyncio.Future[Snapshot] | None = None
 
     async def start(self) -> None:
         for source in self.sources:
@@ -66,8 +68,29 @@ class Exporter:
             if isinstance(source, Managed):
                 await source.close()
 
+    async def reconfigure(self, config: Config) -> None:
+        """Swap in the sources of a new config: start the new ones, then close the old."""
+        sources = build_sources(config)
+        for source in sources:
+            if isinstance(source, Managed):
+                await source.start()
+        old = self.sources
+        self.config, self.sources = config, sources
+        self.runner = SourceRunner(sources, config.web.scrape_deadline_seconds)
+        self._in_flight = None
+        for source in reversed(old):
+            if isinstance(source, Managed):
+                await source.close()
+
     async def snapshot(self) -> Snapshot:
-        return await self.runner.snapshot()
+        """Read every source; scrapes that arrive while a read is under way share it.
+
+        Fifty scrapes at once then cost SGLang and sysfs one read, not fifty. The
+        shield keeps one scraper's disconnect from cancelling the others' read.
+        """
+        if self._in_flight is None or self._in_flight.done():
+            self._in_flight = asyncio.ensure_future(self.runner.snapshot())
+        return await asyncio.shield(self._in_flight)
 
     @staticmethod
     def render(snapshot: Snapshot) -> bytes:

@@ -7,17 +7,24 @@
 
 from __future__ import annotations
 
+import asyncio
 import html
 import logging
+import signal
+from collections.abc import Callable
+from dataclasses import replace
 
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST
 
 from exporter import __version__
-from exporter.config import Config
+from exporter.config import Config, ConfigError, WebConfig
 from exporter.runtime import Exporter
+from exporter.web_security import WebSecurity, basic_auth_middleware
 
 log = logging.getLogger(__name__)
+access_logger = logging.getLogger("exporter.access")
+STOP_GRACE_SECONDS = 0.5
 
 EXPORTER_KEY = web.AppKey("exporter", Exporter)
 
@@ -67,9 +74,64 @@ async def landing_page(request: web.Request) -> web.Response:
     return web.Response(text=page, content_type="text/html")
 
 
-def serve(config: Config) -> None:
-    """Serve until SIGINT or SIGTERM; aiohttp then runs the cleanup (closing sources)."""
-    app = make_app(Exporter(config))
-    log.info("listening on http://%s/", config.web.listen_address)
-    web.run_app(app, host=config.web.host, port=config.web.port, print=None,
-                handle_signals=True, shutdown_timeout=5)
+def serve(config: Config, security: WebSecurity | None = None,
+          reload: Callable[[], Config] | None = None) -> None:
+    """Serve until SIGINT or SIGTERM; SIGHUP re-reads the config through `reload`.
+
+    Raises OSError when the address cannot be bound, before anything is logged
+    as listening.
+    """
+    asyncio.run(_serve(config, security or WebSecurity(), reload))
+
+
+async def _serve(config: Config, security: WebSecurity,
+                 reload: Callable[[], Config] | None) -> None:
+    exporter = Exporter(config)
+    app = make_app(exporter)
+    if security.basic_auth_users:
+        app.middlewares.append(basic_auth_middleware(security.basic_auth_users))
+    # A scrape of a hung engine may be in flight at SIGTERM: give handlers half a
+    # second, then cancel them, so that a stop never waits out the 8 s deadline.
+    runner = web.AppRunner(app, handle_signals=False, shutdown_timeout=STOP_GRACE_SECONDS,
+                           access_log=access_logger if config.web.access_log else None)
+    await runner.setup()
+    try:
+        site = web.TCPSite(runner, config.web.host or None, config.web.port,
+                           ssl_context=security.tls)
+        await site.start()
+        log.info("listening on %s", listening_url(config.web, tls=security.tls is not None))
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(signum, stop.set)
+        loop.add_signal_handler(signal.SIGHUP, lambda: asyncio.ensure_future(
+            _reload(exporter, reload)))
+        await stop.wait()
+        log.info("stopping")
+    finally:
+        await runner.cleanup()
+
+
+async def _reload(exporter: Exporter, reload: Callable[[], Config] | None) -> None:
+    """Apply a re-read config to the sources; a bad file leaves the running one in force."""
+    if reload is None:
+        log.warning("SIGHUP: no config file to reload")
+        return
+    try:
+        config = reload()
+    except ConfigError as exc:
+        log.error("SIGHUP: config not reloaded, the previous one stays in force: %s", exc)
+        return
+    if config.web != exporter.config.web:
+        log.warning("SIGHUP: [web] changes take effect at the next restart")
+    await exporter.reconfigure(replace(config, web=exporter.config.web))
+    log.info("SIGHUP: config reloaded")
+
+
+def listening_url(web_config: WebConfig, tls: bool) -> str:
+    host = web_config.host
+    shown = "all interfaces" if host in ("", "0.0.0.0", "::") else None
+    scheme = "https" if tls else "http"
+    if shown:
+        return f"port {web_config.port} on {shown} ({scheme})"
+    return f"{scheme}://{'[' + host + ']' if ':' in host else host}:{web_config.port}/"

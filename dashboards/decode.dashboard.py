@@ -1,0 +1,176 @@
+"""Decode and latency: where the token gaps come from (DESIGN §3, §6.2).
+
+The four views of a gap share one time axis with the scheduler's state: the
+stream tap (every real request), the probe (one synthetic client), the stall
+tracker (continuous, no GPU work) and the engine's own histograms (p50/p99 over
+many tokens; they hide stalls).
+"""
+
+from __future__ import annotations
+
+from grafanalib.core import Dashboard
+
+from dashboards.panels import (
+    UIDS,
+    Section,
+    heatmap,
+    on_off,
+    rate,
+    rig_dashboard,
+    sel,
+    state_timeline,
+    steps,
+    target,
+    targets,
+    timeseries,
+)
+from exporter.thresholds import Thresholds
+
+
+def _quantiles(metric: str, what: str) -> list[tuple[str, str]]:
+    return [
+        (f"histogram_quantile({q}, sum by (job, instance, rig, name, le) "
+         f"({rate(metric + '_bucket')}))", f"{{{{name}}}} {what} p{round(q * 100)}")
+        for q in (0.5, 0.99)
+    ]
+
+
+def build(t: Thresholds) -> Dashboard:
+    gap_steps = steps(
+        ("orange", t.decode_stutter_seconds), ("red", t.decode_stall_critical_seconds)
+    )
+    gaps = Section("Token gaps", [
+        timeseries(
+            "Longest token gap: probe, stream tap, stall tracker",
+            "The longest wait for a token, as each view sees it: the stream probe's longest"
+            " gap between frames (last probe), the stream tap's longest gap of any real"
+            " request in the last 60 s (a gap still open counts; absent unless the tap is"
+            " on), and the stall tracker's longest decode stall in the last 60 s. Dashed"
+            f" lines: {t.decode_stutter_seconds:g} s (stutter) and"
+            f" {t.decode_stall_critical_seconds:g} s (starvation).",
+            "s",
+            targets(
+                (sel("rig_probe_max_token_gap_seconds"), "{{name}} probe"),
+                (sel("rig_stream_max_token_gap_seconds"), "{{name}} stream tap"),
+                (sel("rig_engine_decode_stall_max_seconds"), "{{name}} stall tracker"),
+            ),
+            thresholds=gap_steps,
+            alerts=("RigDecodeStarvation", "RigDecodeStuttering"),
+            w=24,
+        ),
+        heatmap(
+            "Probe token gaps",
+            "Every gap between stream frames of the probe's requests, by bucket"
+            " (0.01 … 120 s). Mass in the 2-10 s buckets is stutter; above 10 s, starvation.",
+            target(f"sum by (le) ({rate('rig_probe_token_gap_seconds_bucket', fn='increase')})",
+                   "{{le}}", fmt="heatmap"),
+            alerts=("RigDecodeStuttering",),
+        ),
+        heatmap(
+            "Stream tap token gaps",
+            "Every gap between content frames of every real request through the stream tap,"
+            " by bucket (10 ms … 120 s). Empty unless the tap is on and agents use it.",
+            target(f"sum by (le) ({rate('rig_stream_token_gap_seconds_bucket', fn='increase')})",
+                   "{{le}}", fmt="heatmap"),
+        ),
+        timeseries(
+            "Stall tracker: stall under way and its resolution",
+            "The decode stall under way now (0 while decoding) and the tracker's poll"
+            " interval in force (its resolution, set by the 2 % engine-cost budget): a stall"
+            " shorter than the resolution can be missed.",
+            "s",
+            targets(
+                (sel("rig_engine_decode_stall_seconds"), "{{name}} stall under way"),
+                (sel("rig_engine_decode_stall_resolution_seconds"), "{{name}} resolution"),
+            ),
+            thresholds=gap_steps,
+            alerts=("RigDecodeStarvation",),
+        ),
+        timeseries(
+            "Share of time decode stood still",
+            "The fraction of wall time the stall tracker counted as stalled: decode made no"
+            " progress while requests were running.",
+            "percentunit",
+            targets((rate("rig_engine_decode_stalled_seconds_total"), "{{name}}")),
+            min_value=0,
+        ),
+    ])
+    scheduler = Section("Scheduler", [
+        timeseries(
+            "Decode batches/s",
+            "Decode forward passes per second (SGLang's cuda_graph_passes_total, decode"
+            " modes). Zero while requests run is a stall; a prefill holding the GPU shows"
+            " here as a hole.",
+            "ops",
+            targets((rate("rig_engine_decode_batches_total"), "{{name}}")),
+            alerts=("RigDecodeStarvation",),
+        ),
+        timeseries(
+            "Running and queued requests",
+            "Requests in the running batch and waiting in the queue. Queued while one request"
+            " keeps running is head-of-line blocking; queued with nothing running and no"
+            " decode batch is a wedged scheduler.",
+            "short",
+            targets(
+                (sel("rig_engine_running_requests"), "{{name}} running"),
+                (sel("rig_engine_queued_requests"), "{{name}} queued"),
+            ),
+            alerts=("RigQueueHeadOfLine", "RigDecodeStarvation"),
+        ),
+        timeseries(
+            "Tokens/s: generated, probe decode speed",
+            "Generated tokens per second over all requests, and the decode speed of the"
+            " last probe (its tokens over its decode time).",
+            "short",
+            targets(
+                (rate("rig_engine_generation_tokens_total"), "{{name}} generated"),
+                (sel("rig_probe_decode_tokens_per_second"), "{{name}} probe decode"),
+            ),
+            axis_label="tokens/s",
+        ),
+        state_timeline(
+            "Engine reachable, probe served",
+            "Whether the exporter could read each engine's /metrics (source engine/<name>)"
+            " and whether the last stream probe finished in time with tokens. A reachable"
+            " engine whose probe fails is wedged.",
+            targets(
+                (sel("rig_source_up", 'source=~"(engine|probe)/.+"'), "{{source}} reachable"),
+                (sel("rig_probe_success"), "{{name}} probe served"),
+            ),
+            mappings=on_off("down", "up", on_color="green", off_color="red"),
+            alerts=("RigEngineDown", "RigEngineWedged"),
+            w=12,
+        ),
+    ])
+    latency = Section("Latency", [
+        timeseries(
+            "Time to first token",
+            "TTFT p50 and p99 from the engine's histogram, the stream tap's p99 over real"
+            " requests (when on), and the last probe's TTFT.",
+            "s",
+            targets(
+                *_quantiles("rig_engine_time_to_first_token_seconds", "engine"),
+                (f"histogram_quantile(0.99, sum by (job, instance, rig, name, le) "
+                 f"({rate('rig_stream_ttft_seconds_bucket')}))", "{{name}} stream tap p99"),
+                (sel("rig_probe_ttft_seconds"), "{{name}} probe"),
+            ),
+        ),
+        timeseries(
+            "Inter-token latency (hides stalls)",
+            "ITL p50 and p99 from the engine's histogram. It hides stalls: a 47 s gap is"
+            " spread over the tokens that follow it, so p99 barely moves. Read the gap panels"
+            " above for stalls; use this for steady decode speed only.",
+            "s",
+            targets(*_quantiles("rig_engine_inter_token_latency_seconds", "ITL")),
+        ),
+    ])
+    return rig_dashboard(
+        "Rig: decode and latency",
+        UIDS["decode"],
+        "Token gaps from the stream tap, the probe and the stall tracker, on one time axis"
+        " with decode batches and the scheduler's queue; TTFT and ITL quantiles.",
+        [gaps, scheduler, latency],
+    )
+
+
+dashboard = build(Thresholds())

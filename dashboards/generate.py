@@ -1,0 +1,94 @@
+"""Generate the Grafana dashboards' JSON from `dashboards/*.dashboard.py`.
+
+    python -m dashboards.generate                       # rewrite the committed JSON
+    python -m dashboards.generate --check               # exit 1 if any JSON is stale
+    python -m dashboards.generate --config rig.toml --out DIR
+                                                        # the rig's own [thresholds]
+
+Each `<name>.dashboard.py` defines `build(thresholds) -> Dashboard` (and, for
+grafanalib's own `generate-dashboards`, `dashboard = build(Thresholds())`); its
+JSON is written beside it as `<name>.json`, with the serialisation grafanalib's
+`_gen.write_dashboard` uses (sorted keys, indent 2), so the output is stable.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import sys
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+from grafanalib._gen import DashboardEncoder
+
+from exporter.config import ConfigError, load_config, read_config_file
+from exporter.thresholds import Thresholds
+
+DASHBOARDS_DIR = Path(__file__).parent
+SUFFIX = ".dashboard.py"
+
+
+def sources() -> list[Path]:
+    return sorted(DASHBOARDS_DIR.glob(f"*{SUFFIX}"))
+
+
+def json_path(source: Path, out: Path = DASHBOARDS_DIR) -> Path:
+    return out / (source.name.removesuffix(SUFFIX) + ".json")
+
+
+def _load(source: Path) -> ModuleType:
+    spec = importlib.util.spec_from_file_location(f"dashboards.{source.stem}", source)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def build(source: Path, t: Thresholds) -> dict[str, Any]:
+    """The dashboard of one source file as Grafana JSON (plain dicts and lists)."""
+    return json.loads(json.dumps(_load(source).build(t).to_json_data(), cls=DashboardEncoder))
+
+
+def render(source: Path, t: Thresholds) -> str:
+    return json.dumps(build(source, t), sort_keys=True, indent=2) + "\n"
+
+
+def thresholds_from(config_file: str | None) -> Thresholds:
+    """The `[thresholds]` of a rig's config file, or the defaults."""
+    if config_file is None:
+        return Thresholds()
+    return load_config(read_config_file(config_file)).thresholds
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--check", action="store_true", help="fail if any JSON is stale")
+    parser.add_argument("--config", metavar="PATH",
+                        help="take [thresholds] from this rig config file")
+    parser.add_argument("--out", metavar="DIR", type=Path, default=DASHBOARDS_DIR,
+                        help="where to write the JSON (default: beside the sources)")
+    args = parser.parse_args(argv)
+    try:
+        t = thresholds_from(args.config)
+    except (OSError, ConfigError) as exc:
+        print(f"dashboards.generate: {exc}", file=sys.stderr)
+        return 2
+    stale = []
+    for source in sources():
+        path = json_path(source, args.out)
+        text = render(source, t)
+        if args.check:
+            if not path.exists() or path.read_text() != text:
+                stale.append(path)
+            continue
+        args.out.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    for path in stale:
+        print(f"{path} is stale: run python -m dashboards.generate", file=sys.stderr)
+    return 1 if stale else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

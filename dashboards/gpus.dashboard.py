@@ -1,0 +1,206 @@
+"""GPUs: which card is hot, and is it held down (DESIGN §4, §6.4).
+
+Each reading is drawn against its own limit: temperatures against the critical
+limit the driver reports, power against its cap, sclk against the top DPM level,
+PCIe against the link's maximum. On Navi 31 the hotspot throttle bit is set
+almost always, even at idle (amd-gpu.md §8.6), so the throttle timeline is read
+together with the clock.
+"""
+
+from __future__ import annotations
+
+from grafanalib.core import Dashboard
+
+from alerts.rules.common import HEADROOM, SCLK_RATIO
+from dashboards.panels import (
+    UIDS,
+    Section,
+    falling_steps,
+    on_off,
+    rig_dashboard,
+    sel,
+    state_timeline,
+    steps,
+    threshold_override,
+    timeseries,
+)
+from dashboards.panels import (
+    targets as queries,
+)
+from exporter.thresholds import Thresholds
+
+LIMIT_LINES = ".* (critical|cap|max|total)$"
+
+
+def _temperature(sensor: str, t: Thresholds, alerts: tuple[str, ...]) -> object:
+    temp = sel("rig_gpu_temperature_celsius", f'sensor="{sensor}"')
+    limit = sel("rig_gpu_temperature_limit_celsius", f'sensor="{sensor}"', 'limit="critical"')
+    return timeseries(
+        f"{sensor.title()} temperature against its critical limit",
+        f"The {sensor} temperature of each card, its critical limit (dashed red) and the"
+        f" line {t.gpu_hot_margin_celsius:g} °C below that limit where a card counts as hot.",
+        "celsius",
+        queries(
+            (temp, "{{card}}"),
+            (f"{limit} - {t.gpu_hot_margin_celsius:g}", "{{card}} hot line"),
+            (limit, "{{card}} critical"),
+        ),
+        overrides=[threshold_override(LIMIT_LINES), threshold_override(".* hot line$")],
+        alerts=alerts,
+        w=8,
+    )
+
+
+def build(t: Thresholds) -> Dashboard:
+    temperatures = Section("Temperatures", [
+        _temperature("junction", t, ("RigGpuHot", "RigGpuThermalDownclock")),
+        _temperature("edge", t, ()),
+        _temperature("memory", t, ("RigGpuHot",)),
+        timeseries(
+            "Headroom to the critical limit",
+            "Degrees left before each sensor's critical limit. Under"
+            f" {t.gpu_hot_margin_celsius:g} °C a card is hot; under"
+            f" {t.gpu_junction_margin_celsius:g} °C at the junction, with the clock held down"
+            " under load, it is thermally downclocking.",
+            "celsius",
+            queries((sel(HEADROOM), "{{card}} {{sensor}}")),
+            thresholds=falling_steps(("red", t.gpu_junction_margin_celsius),
+                                     ("orange", t.gpu_hot_margin_celsius)),
+            alerts=("RigGpuHot", "RigGpuThermalDownclock"),
+            w=24,
+        ),
+    ])
+    held = Section("Clock and power", [
+        timeseries(
+            "sclk against its max",
+            "The shader clock of each card and its maximum (the top pp_dpm_sclk level,"
+            " dashed).",
+            "hertz",
+            queries(
+                (sel("rig_gpu_clock_hertz", 'clock="sclk"'), "{{card}}"),
+                (sel("rig_gpu_clock_max_hertz", 'clock="sclk"'), "{{card}} max"),
+            ),
+            overrides=[threshold_override(LIMIT_LINES)],
+            alerts=("RigGpuThermalDownclock",),
+            w=8,
+        ),
+        timeseries(
+            "sclk share of its max",
+            "The shader clock over its maximum. Dashed line: under"
+            f" {t.gpu_sclk_ratio:.0%} while busy and near the thermal limit is a thermal"
+            " downclock; held there by the power limit, it is power capping.",
+            "percentunit",
+            queries((sel(SCLK_RATIO), "{{card}}")),
+            thresholds=falling_steps(("orange", t.gpu_sclk_ratio)),
+            alerts=("RigGpuThermalDownclock",),
+            min_value=0, max_value=1, w=8,
+        ),
+        timeseries(
+            "Power against its cap",
+            "Board power of each card, its power cap (power1_cap, dashed) and the line at"
+            f" {t.gpu_power_cap_ratio:.0%} of the cap where the clock counts as held by the"
+            " power limit.",
+            "watt",
+            queries(
+                (sel("rig_gpu_power_watts"), "{{card}}"),
+                (f"{sel('rig_gpu_power_cap_watts')} * {t.gpu_power_cap_ratio:g}",
+                 "{{card}} capped line"),
+                (sel("rig_gpu_power_cap_watts"), "{{card}} cap"),
+            ),
+            overrides=[threshold_override(LIMIT_LINES), threshold_override(".* capped line$")],
+            alerts=("RigGpuPowerCapped",),
+            w=8,
+        ),
+        state_timeline(
+            "Throttle reasons",
+            "The throttle reasons the firmware reports (gpu_metrics throttle_status). On"
+            " Navi 31 thermal_junction (the hotspot bit) is set almost always, even at idle:"
+            " it matters only with the clock down and the junction near its limit.",
+            queries((sel("rig_gpu_throttle_active"), "{{card}} {{reason}}")),
+            mappings=on_off("off", "throttling"),
+            alerts=("RigGpuThermalDownclock", "RigGpuPowerCapped"),
+            h=10,
+        ),
+    ])
+    load = Section("Load, memory, fans, PCIe", [
+        timeseries(
+            "Busy",
+            "The share of time the GPU and its memory controller were busy. Dashed line:"
+            f" {t.gpu_busy_ratio:.0%}, where the rules count a card as under load.",
+            "percentunit",
+            queries(
+                (sel("rig_gpu_busy_ratio"), "{{card}} GPU"),
+                (sel("rig_gpu_memory_busy_ratio"), "{{card}} memory"),
+            ),
+            thresholds=steps(("blue", t.gpu_busy_ratio)),
+            min_value=0, max_value=1, w=8,
+        ),
+        timeseries(
+            "VRAM used",
+            "VRAM in use on each card against its total (dashed).",
+            "bytes",
+            queries(
+                (sel("rig_gpu_vram_used_bytes"), "{{card}}"),
+                (sel("rig_gpu_vram_total_bytes"), "{{card}} total"),
+            ),
+            overrides=[threshold_override(LIMIT_LINES)],
+            w=8,
+        ),
+        timeseries(
+            "Fan speed",
+            "Fan speed of each card (hwmon fan1_input).",
+            "rotrpm",
+            queries((sel("rig_gpu_fan_rpm"), "{{card}}")),
+            w=8,
+        ),
+        timeseries(
+            "PCIe link speed against its max",
+            "The current link speed of each card's endpoint and of the switch's upstream"
+            " port above it, against each port's maximum (dashed). On RDNA the endpoint can"
+            " read its full speed in a slower slot: the upstream port tells.",
+            "short",
+            queries(
+                (sel("rig_gpu_pcie_link_speed_transfers_per_second", 'kind="current"'),
+                 "{{card}} {{port}}"),
+                (sel("rig_gpu_pcie_link_speed_transfers_per_second", 'kind="max"'),
+                 "{{card}} {{port}} max"),
+            ),
+            overrides=[threshold_override(LIMIT_LINES)],
+            alerts=("RigGpuPcieDegraded",),
+            axis_label="transfers/s", w=8,
+        ),
+        timeseries(
+            "PCIe link width against its max",
+            "Lanes of each port's link, current and maximum (dashed). Dashed red line:"
+            f" x{t.gpu_pcie_min_width_lanes}, narrower than this rig's slots run.",
+            "none",
+            queries(
+                (sel("rig_gpu_pcie_link_width_lanes", 'kind="current"'), "{{card}} {{port}}"),
+                (sel("rig_gpu_pcie_link_width_lanes", 'kind="max"'), "{{card}} {{port}} max"),
+            ),
+            thresholds=falling_steps(("red", t.gpu_pcie_min_width_lanes)),
+            overrides=[threshold_override(LIMIT_LINES)],
+            alerts=("RigGpuPcieDegraded",),
+            axis_label="lanes", w=8,
+        ),
+        state_timeline(
+            "Cards present",
+            "Whether each card is on the bus. A card that vanished (driver reset, fallen off"
+            " the bus) keeps its series at 0, so it shows here instead of going blank."
+            + (f" The rig expects {t.gpu_expected_count}." if t.gpu_expected_count else ""),
+            queries((sel("rig_gpu_present"), "{{card}} {{pci_bus}}")),
+            mappings=on_off("missing", "present", on_color="green", off_color="red"),
+            alerts=("RigGpuMissing",),
+            w=8,
+        ),
+    ])
+    return rig_dashboard(
+        "Rig: GPUs",
+        UIDS["gpus"],
+        "Temperatures against their critical limits, power against its cap, sclk against"
+        " its max, throttle reasons, VRAM, busy, fans and PCIe, per card.",
+        [temperatures, held, load],
+    )
+
+
+dashboard = build(Thresholds())

@@ -1,0 +1,142 @@
+"""KV and HiCache: how the KV cache fills and moves between tiers (DESIGN §6.3).
+
+L1 is GPU memory, L2 the host-RAM pool, L3 storage (NVMe). Hit shares are counter
+ratios from the recording rules the alerts use (alerts/rules/recording.py), not
+SGLang's per-batch `cache_hit_rate` gauge (sglang#26608).
+"""
+
+from __future__ import annotations
+
+from grafanalib.core import Dashboard
+
+from alerts.rules.common import CHURN_RATE, HOST_USAGE
+from dashboards.panels import (
+    UIDS,
+    Section,
+    rate,
+    rig_dashboard,
+    sel,
+    steps,
+    targets,
+    timeseries,
+)
+from exporter.thresholds import Thresholds
+
+HIT_SHARE = "engine_tier:rig_engine_cache_hit_tokens:ratio_rate5m"
+ANY_HIT_SHARE = "engine:rig_engine_cache_hit_tokens:ratio_rate5m"
+
+
+def build(t: Thresholds) -> Dashboard:
+    kv = Section("KV pool (L1)", [
+        timeseries(
+            "KV pool usage",
+            "The share of the engine's KV token pool in use (max over ranks). Dashed line:"
+            f" {t.kv_usage_ratio:.0%}, held {t.kv_saturated_for_seconds // 60} min, is"
+            " saturation.",
+            "percentunit",
+            targets((sel("rig_engine_kv_usage_ratio"), "{{name}}")),
+            thresholds=steps(("red", t.kv_usage_ratio)),
+            alerts=("RigKVPoolSaturated",),
+            min_value=0, max_value=1, w=8,
+        ),
+        timeseries(
+            "KV pool capacity",
+            "Tokens the KV pool holds, per data-parallel group (tensor-parallel ranks hold"
+            " shards of the same tokens and are never added).",
+            "short",
+            targets((sel("rig_engine_kv_capacity_tokens"), "{{name}}")),
+            axis_label="tokens", w=8,
+        ),
+        timeseries(
+            "Retracted requests",
+            "Running requests the scheduler retracted (preempted) for lack of KV space, per"
+            " interval. Any retraction means the pool overflowed.",
+            "short",
+            targets((rate("rig_engine_retracted_requests_total", fn="increase"), "{{name}}")),
+            alerts=("RigKVPoolSaturated",),
+            bars=True, w=8,
+        ),
+    ])
+    hits = Section("Prompt tokens served from cache", [
+        timeseries(
+            "Hit share of prompt tokens by tier",
+            "The share of prompt tokens each tier served over 5 min (L1 GPU, L2 host RAM,"
+            " L3 storage), and the share no tier held (recomputed). Dashed line: an L2 share"
+            f" under {t.hicache_l2_hit_ratio:.0%} while tokens churn between L1 and L2 is"
+            " thrash.",
+            "percentunit",
+            targets(
+                (sel(HIT_SHARE), "{{name}} {{tier}}"),
+                (f"1 - {sel(ANY_HIT_SHARE)}", "{{name}} recomputed"),
+            ),
+            thresholds=steps(("orange", t.hicache_l2_hit_ratio)),
+            alerts=("RigHiCacheThrash",),
+            min_value=0, max_value=1,
+        ),
+        timeseries(
+            "Prompt and cache-hit tokens/s",
+            "Prompt tokens per second, and those each tier served from cache.",
+            "short",
+            targets(
+                (rate("rig_engine_prompt_tokens_total"), "{{name}} prompt"),
+                (rate("rig_engine_cache_hit_tokens_total"), "{{name}} hit {{tier}}"),
+            ),
+            axis_label="tokens/s",
+        ),
+    ])
+    movement = Section("L1 and L2 (host RAM)", [
+        timeseries(
+            "L2 host pool occupancy",
+            "The share of the HiCache host pool (L2) in use. Dashed line:"
+            f" {t.hicache_host_pool_ratio:.0%}; full while L1 keeps evicting means sessions"
+            " fall out of every tier.",
+            "percentunit",
+            targets((sel(HOST_USAGE), "{{name}}")),
+            thresholds=steps(("red", t.hicache_host_pool_ratio)),
+            alerts=("RigHiCacheHostPoolFull", "RigHiCacheThrash"),
+            min_value=0, max_value=1, w=8,
+        ),
+        timeseries(
+            "Eviction, load-back, backup",
+            "Tokens per second evicted from L1, loaded back from L2 into L1, and backed up"
+            " from L1 to L2; churn is the smaller of eviction and load-back (tokens that went"
+            f" down and came back). Dashed line: {t.hicache_churn_tokens_per_second:g}"
+            " tokens/s of churn.",
+            "short",
+            targets(
+                (rate("rig_engine_hicache_evicted_tokens_total"), "{{name}} evicted"),
+                (rate("rig_engine_hicache_loaded_back_tokens_total"), "{{name}} loaded back"),
+                (rate("rig_engine_hicache_backed_up_tokens_total"), "{{name}} backed up"),
+                (sel(CHURN_RATE), "{{name}} churn (5m)"),
+            ),
+            thresholds=steps(("orange", t.hicache_churn_tokens_per_second)),
+            alerts=("RigHiCacheThrash",),
+            axis_label="tokens/s", w=16,
+        ),
+    ])
+    storage = Section("L3 (storage)", [
+        timeseries(
+            "L3 prefetch against writes",
+            "Tokens per second written from L2 to L3 and prefetched back from L3. Writes with"
+            " no prefetch while long prompts miss every tier is the L3 addressing bug."
+            " Absent unless an L3 backend is configured.",
+            "short",
+            targets(
+                (rate("rig_engine_hicache_storage_written_tokens_total"), "{{name}} written"),
+                (rate("rig_engine_hicache_storage_prefetched_tokens_total"),
+                 "{{name}} prefetched"),
+            ),
+            alerts=("RigHiCacheStorageMisses",),
+            axis_label="tokens/s", w=24,
+        ),
+    ])
+    return rig_dashboard(
+        "Rig: KV and HiCache",
+        UIDS["hicache"],
+        "KV pool usage and retractions; per-tier hit share of prompt tokens; L2 occupancy;"
+        " eviction, load-back and backup between L1 and L2; L3 prefetch against writes.",
+        [kv, hits, movement, storage],
+    )
+
+
+dashboard = build(Thresholds())

@@ -1,0 +1,248 @@
+"""A live stack for the dashboard queries: the simulated rig, the real exporter and
+the real Prometheus, all on loopback, all torn down on exit.
+
+- The simulated SGLang server (exporter/sim/sglang_server.py) runs in a thread with
+  its own event loop; a ticker moves its counters (prompt tokens, cache hits per
+  tier, HiCache movement, L3, retractions) so that rates are not flat.
+- The two-card amdgpu sysfs tree and the /proc files come from exporter/sim.
+- `rig-exporter` runs as a subprocess reading all three, with the stream probe on.
+- `prometheus` (Debian's 2.42) scrapes it every second with the target label
+  `rig="sim"` and evaluates the committed `alerts/rig-rules.yaml` every second.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import threading
+import time
+import urllib.parse
+import urllib.request
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+from alerts.generate import RULES_PATH
+from exporter.sim.amdgpu_sysfs import write_rig
+from exporter.sim.procfs import HostSpec, write_proc
+from exporter.sim.sglang_server import Block, SimServer
+from exporter.sim.sglang_state import SimEngine
+from tests.scrape import free_port
+
+SCRAPE_SECONDS = 1
+RIG = "sim"
+
+
+def sim_engine() -> SimEngine:
+    """An engine mid-session with HiCache L2 and an L3 backend, every family created."""
+    engine = SimEngine(
+        queued=1, token_usage=0.62, hicache_host_used_tokens=200_000,
+        hicache_host_total_tokens=319_193, hicache_storage="file",
+        evicted_tokens=0, loaded_back_tokens=0, backed_up_tokens=0,
+        storage_prefetched_tokens=0, storage_written_tokens=0, retracted_requests=0,
+    )
+    engine.running = 2
+    return engine
+
+
+# The simulator serves the engine's latency histograms as captured; the ticker
+# observes into them so that their rates and quantiles are not flat (value in s).
+OBSERVED = {"sglang:time_to_first_token_seconds": 0.5, "sglang:inter_token_latency_seconds": 0.03}
+
+
+def observe(blocks: list[Block], per_second: float, seconds: float) -> None:
+    """Add `per_second * seconds` observations to each captured latency histogram."""
+    n = per_second * seconds
+    for block in blocks:
+        value = OBSERVED.get(block.name)
+        if value is None:
+            continue
+        for i, (name, labels, text) in enumerate(block.samples):
+            if name.endswith("_bucket"):
+                le = float(labels["le"])  # "+Inf" parses as inf
+                added = n if value <= le else 0.0
+            else:
+                added = n * value if name.endswith("_sum") else n
+            block.samples[i] = (name, labels, repr(float(text) + added))
+
+
+def advance(engine: SimEngine, seconds: float) -> None:
+    """Traffic for `seconds`: prompts partly served by each tier, tokens moving."""
+    def add(table: dict[str, float], key: str, tokens: float) -> None:
+        table[key] = table.get(key, 0.0) + tokens
+
+    add(engine.prompt_tokens, "true", 4000 * seconds)
+    add(engine.generation_tokens, "true", 60 * seconds)
+    for source, tokens in (("device", 1500), ("host", 900), ("storage_file", 300)):
+        add(engine.cached_tokens, source, tokens * seconds)
+    engine.evicted_tokens += 500 * seconds
+    engine.loaded_back_tokens += 450 * seconds
+    engine.backed_up_tokens += 600 * seconds
+    engine.storage_written_tokens += 200 * seconds
+    engine.storage_prefetched_tokens += 150 * seconds
+    engine.retracted_requests += 1
+
+
+class SimThread:
+    """The simulated SGLang server on its own event loop in a daemon thread."""
+
+    def __init__(self, engine: SimEngine) -> None:
+        self.server = SimServer(engine)
+        self.loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self.loop.run_forever, daemon=True)
+        self._ticker: asyncio.Task | None = None
+
+    def start(self) -> str:
+        self._thread.start()
+        url = self.call(self.server.start)
+        self._ticker = self.call(self._start_ticker)
+        return url
+
+    def call(self, fn: Callable[[], Any]) -> Any:
+        """Run `fn` (a plain function or a coroutine function) on the server's loop."""
+        async def run() -> Any:
+            result = fn()
+            return await result if asyncio.iscoroutine(result) else result
+        return asyncio.run_coroutine_threadsafe(run(), self.loop).result(timeout=30)
+
+    async def _start_ticker(self) -> asyncio.Task:
+        return asyncio.get_running_loop().create_task(self._tick())
+
+    async def _tick(self) -> None:
+        while True:
+            advance(self.server.state, 0.5)
+            observe(self.server.blocks, 20, 0.5)
+            await asyncio.sleep(0.5)
+
+    def stop(self) -> None:
+        if self._ticker is not None:
+            self.loop.call_soon_threadsafe(self._ticker.cancel)
+        with contextlib.suppress(Exception):
+            self.call(self.server.stop)
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self._thread.join(timeout=10)
+
+
+def _wait_http(url: str, process: subprocess.Popen, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        assert process.poll() is None, f"{process.args[0]} exited with {process.returncode}"
+        try:
+            with urllib.request.urlopen(url, timeout=2):
+                return
+        except OSError:
+            time.sleep(0.2)
+    raise AssertionError(f"{url} did not answer within {timeout} s")
+
+
+def _stop(process: subprocess.Popen) -> None:
+    if process.poll() is None:
+        process.terminate()
+        try:
+            process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(timeout=10)
+
+
+class Stack:
+    """Handles to the running stack, and Prometheus' HTTP API."""
+
+    def __init__(self, sim: SimThread, sysfs_root: Path, proc_root: Path,
+                 exporter_url: str, prometheus_url: str) -> None:
+        self.sim = sim
+        self.sysfs_root = sysfs_root
+        self.proc_root = proc_root
+        self.exporter_url = exporter_url
+        self.prometheus_url = prometheus_url
+
+    def api(self, path: str, **params: str) -> dict[str, Any]:
+        """GET /api/v1/<path>; returns the decoded body, error bodies included."""
+        url = f"{self.prometheus_url}/api/v1/{path}?{urllib.parse.urlencode(params)}"
+        try:
+            with urllib.request.urlopen(url, timeout=30) as response:
+                return json.load(response)
+        except urllib.error.HTTPError as error:  # 400/422 carry the parse error
+            return json.load(error)
+
+    def query_range(self, expr: str, seconds: float = 10) -> dict[str, Any]:
+        end = time.time()
+        return self.api("query_range", query=expr, start=f"{end - seconds:.3f}",
+                        end=f"{end:.3f}", step="1")
+
+    def series(self, match: str) -> list[dict[str, str]]:
+        body = self.api("series", **{"match[]": match})
+        assert body["status"] == "success", body
+        return body["data"]
+
+    def exposition(self) -> str:
+        with urllib.request.urlopen(f"{self.exporter_url}/metrics", timeout=30) as response:
+            return response.read().decode()
+
+    def wait_for(self, expr: str, timeout: float = 60) -> list[dict[str, Any]]:
+        """The instant result of `expr` once it is not empty."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            body = self.api("query", query=expr)
+            if body["status"] == "success" and body["data"]["result"]:
+                return body["data"]["result"]
+            time.sleep(0.5)
+        raise AssertionError(f"{expr} returned nothing within {timeout} s")
+
+
+def _prometheus_config(exporter: str) -> str:
+    return json.dumps({  # JSON is YAML
+        "global": {"scrape_interval": f"{SCRAPE_SECONDS}s",
+                   "evaluation_interval": f"{SCRAPE_SECONDS}s"},
+        "rule_files": [str(RULES_PATH)],
+        "scrape_configs": [{
+            "job_name": "rig",
+            "static_configs": [{"targets": [exporter], "labels": {"rig": RIG}}],
+        }],
+    })
+
+
+@contextlib.contextmanager
+def running_stack(tmp: Path) -> Iterator[Stack]:
+    prometheus_bin = shutil.which("prometheus")
+    assert prometheus_bin, "prometheus not found: apt-get install prometheus"
+    sysfs_root, proc_root = tmp / "sys", tmp / "proc"
+    write_rig(sysfs_root)
+    write_proc(proc_root, HostSpec(swap_in_pages=100, swap_out_pages=200))
+    sim = SimThread(sim_engine())
+    processes: list[subprocess.Popen] = []
+    try:
+        engine_url = sim.start()
+        exporter_address = f"127.0.0.1:{free_port()}"
+        processes.append(subprocess.Popen(
+            [sys.executable, "-m", "exporter",
+             "--web.listen-address", exporter_address,
+             "--engine", f"main={engine_url},probe_interval_seconds=1",
+             "--sysfs.root", str(sysfs_root), "--proc.root", str(proc_root),
+             "--gpu.backend", "sysfs", "--log.level", "warning"],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        ))
+        exporter_url = f"http://{exporter_address}"
+        _wait_http(f"{exporter_url}/-/healthy", processes[-1], timeout=60)
+        config = tmp / "prometheus.yml"
+        config.write_text(_prometheus_config(exporter_address))
+        prometheus_address = f"127.0.0.1:{free_port()}"
+        processes.append(subprocess.Popen(
+            [prometheus_bin, f"--config.file={config}",
+             f"--storage.tsdb.path={tmp / 'tsdb'}",
+             f"--web.listen-address={prometheus_address}", "--log.level=warn"],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        ))
+        prometheus_url = f"http://{prometheus_address}"
+        _wait_http(f"{prometheus_url}/-/ready", processes[-1], timeout=60)
+        yield Stack(sim, sysfs_root, proc_root, exporter_url, prometheus_url)
+    finally:
+        for process in reversed(processes):
+            _stop(process)
+        sim.stop()

@@ -1,0 +1,83 @@
+"""The committed JSON matches its grafanalib sources, and the thresholds reach it."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+import pytest
+
+from dashboards.generate import json_path, main, render, sources
+from exporter.thresholds import Thresholds
+from tests.dashboards.queries import panels
+
+# The thresholds the dashboards draw as lines or colour steps. The others are
+# hold durations and windows of the rules (`for`), which a panel does not draw.
+DRAWN = {
+    "decode_stall_critical_seconds", "decode_stutter_seconds", "kv_usage_ratio",
+    "hicache_host_pool_ratio", "hicache_churn_tokens_per_second", "hicache_l2_hit_ratio",
+    "gpu_busy_ratio", "gpu_sclk_ratio", "gpu_junction_margin_celsius",
+    "gpu_hot_margin_celsius", "gpu_power_cap_ratio", "gpu_expected_count",
+    "gpu_pcie_min_width_lanes", "host_swap_io_bytes_per_second",
+    "host_swap_growth_bytes_per_second", "host_memory_available_ratio",
+    "host_memory_full_stall_ratio", "cpu_temperature_celsius",
+}
+
+
+def test_one_dashboard_per_design_section() -> None:
+    assert [s.name for s in sources()] == [
+        f"{name}.dashboard.py" for name in ("decode", "gpus", "hicache", "host", "overview")
+    ]
+
+
+@pytest.mark.parametrize("source", sources(), ids=lambda s: s.name)
+def test_committed_json_is_not_stale(source: Path) -> None:
+    assert json_path(source).read_text() == render(source, Thresholds()), (
+        "run: python -m dashboards.generate")
+
+
+def test_check_passes_on_the_committed_json() -> None:
+    assert main(["--check"]) == 0
+
+
+def test_check_fails_on_stale_json(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["--out", str(tmp_path)]) == 0
+    stale = tmp_path / "gpus.json"
+    stale.write_text(stale.read_text().replace('"celsius"', '"fahrenheit"'))
+    assert main(["--check", "--out", str(tmp_path)]) == 1
+    assert "gpus.json is stale" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("name", sorted(DRAWN))
+def test_every_drawn_threshold_changes_the_json(name: str) -> None:
+    default = getattr(Thresholds(), name)
+    changed = dataclasses.replace(Thresholds(), **{name: default / 2 if isinstance(
+        default, float) else default + 1})
+    assert any(render(s, changed) != render(s, Thresholds()) for s in sources()), name
+
+
+def _steps(path: Path, title: str) -> list[float]:
+    dashboard = json.loads(path.read_text())
+    panel = next(p for p in panels(dashboard) if p["title"] == title)
+    return [s["value"] for s in panel["fieldConfig"]["defaults"]["thresholds"]["steps"]]
+
+
+def test_config_thresholds_reach_the_dashboards(tmp_path: Path) -> None:
+    config = tmp_path / "rig.toml"
+    config.write_text("[thresholds]\nkv_usage_ratio = 0.9\ncpu_temperature_celsius = 85\n")
+    out = tmp_path / "out"
+    assert main(["--config", str(config), "--out", str(out)]) == 0
+    assert _steps(out / "hicache.json", "KV pool usage") == [None, 0.9]
+    assert _steps(out / "overview.json", "KV pool") == [None, 0.9]
+    assert _steps(out / "host.json", "CPU temperature") == [None, 85.0]
+    assert _steps(json_path(sources()[2]), "KV pool usage") == [None, 0.95]
+
+
+def test_a_bad_config_is_a_clear_error(tmp_path: Path,
+                                       capsys: pytest.CaptureFixture[str]) -> None:
+    config = tmp_path / "rig.toml"
+    config.write_text("[thresholds]\nkv_usage_ratio = 1.5\n")
+    assert main(["--config", str(config), "--out", str(tmp_path / "out")]) == 2
+    assert "kv_usage_ratio" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()

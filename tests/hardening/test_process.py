@@ -1,0 +1,130 @@
+"""The exporter as a long-running process: stopping, binding, logging, reloading."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import signal
+import socket
+import threading
+import time
+import urllib.request
+from pathlib import Path
+
+from exporter.sim.sglang_server import SimServer
+from exporter.sim.sglang_state import Fault, SimEngine
+from tests.conftest import SYSFS_FIXTURE
+from tests.exporter_process import exporter_process, wait_until_serving
+from tests.scrape import free_port, parse_samples, value
+
+
+class HungEngine:
+    """A simulated SGLang whose /metrics never answers, on its own loop and thread."""
+
+    def __init__(self) -> None:
+        self.loop = asyncio.new_event_loop()
+        self.server = SimServer(SimEngine(fault=Fault.HANG))
+        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
+
+    def __enter__(self) -> str:
+        self.thread.start()
+        return asyncio.run_coroutine_threadsafe(self.server.start(), self.loop).result(10)
+
+    def __exit__(self, *exc: object) -> None:
+        asyncio.run_coroutine_threadsafe(self.server.stop(), self.loop).result(10)
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(10)
+
+
+def test_sigterm_during_a_scrape_of_a_hung_engine_exits_within_2_s(tmp_path: Path) -> None:
+    with HungEngine() as engine_url, exporter_process(
+        tmp_path, "--engine", f"main={engine_url}", "--no-collector.gpu", "--no-collector.host",
+    ) as exporter:
+        scrape = threading.Thread(
+            target=lambda: _ignore_errors(lambda: urllib.request.urlopen(
+                exporter.url + "/metrics", timeout=30)),
+            daemon=True)
+        scrape.start()
+        time.sleep(0.5)  # the scrape now waits on the hung engine (8 s deadline)
+        started = time.monotonic()
+        exporter.process.send_signal(signal.SIGTERM)
+        exporter.process.wait(timeout=10)
+        assert time.monotonic() - started < 2.0, exporter.log()
+
+
+def _ignore_errors(call) -> None:
+    with contextlib.suppress(OSError):
+        call()
+
+
+def test_a_failed_bind_is_reported_and_never_logged_as_listening(tmp_path: Path) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        with exporter_process(tmp_path, "--web.listen-address", f"127.0.0.1:{port}",
+                              "--no-collector.gpu", "--no-collector.host",
+                              wait=False) as exporter:
+            assert exporter.process.wait(timeout=20) == 1
+    log = exporter.log()
+    assert f"cannot listen on 127.0.0.1:{port}" in log
+    assert "listening on" not in log
+
+
+def test_access_log_is_opt_in(tmp_path: Path) -> None:
+    args = ("--no-collector.gpu", "--no-collector.host")
+    with exporter_process(tmp_path, *args) as quiet:
+        urllib.request.urlopen(quiet.url + "/metrics", timeout=10).read()
+        time.sleep(0.2)
+    assert '"GET /metrics' not in quiet.log()
+    with exporter_process(tmp_path, *args, "--web.access-log") as chatty:
+        urllib.request.urlopen(chatty.url + "/metrics", timeout=10).read()
+        time.sleep(0.2)
+    assert '"GET /metrics' in chatty.log()
+
+
+def test_an_empty_host_is_logged_as_all_interfaces(tmp_path: Path) -> None:
+    port = free_port()
+    with exporter_process(tmp_path, "--web.listen-address", f":{port}",
+                          "--no-collector.gpu", "--no-collector.host", wait=False) as exporter:
+        wait_until_serving(f"http://127.0.0.1:{port}", exporter.process, exporter.log_path)
+    assert f"listening on port {port} on all interfaces (http)" in exporter.log()
+    assert "http://:" not in exporter.log()
+
+
+def test_engine_url_ending_in_metrics_is_refused_with_one_line(tmp_path: Path) -> None:
+    with exporter_process(tmp_path, "--engine", "main=http://127.0.0.1:30000/metrics",
+                          wait=False) as exporter:
+        assert exporter.process.wait(timeout=20) == 2
+    assert "engine[0].url" in exporter.log() and "without a path" in exporter.log()
+
+
+def _scrape(url: str) -> dict:
+    with urllib.request.urlopen(url + "/metrics", timeout=10) as response:
+        return parse_samples(response.read().decode())
+
+
+def test_sighup_reloads_a_good_config_and_keeps_the_old_one_on_garbage(tmp_path: Path) -> None:
+    config = tmp_path / "rig.toml"
+    config.write_text(f'[gpu]\nbackend = "sysfs"\nsysfs_root = "{SYSFS_FIXTURE}"\n'
+                      "[host]\nenabled = false\n")
+    with exporter_process(tmp_path, "--config.file", str(config)) as exporter:
+        assert value(_scrape(exporter.url), "rig_source_up", source="gpu") == 1
+
+        config.write_text("this is [not toml\n")
+        exporter.process.send_signal(signal.SIGHUP)
+        _wait_for_log(exporter, "config not reloaded")
+        assert exporter.process.poll() is None
+        assert value(_scrape(exporter.url), "rig_source_up", source="gpu") == 1
+
+        config.write_text("[gpu]\nenabled = false\n[host]\nenabled = false\n")
+        exporter.process.send_signal(signal.SIGHUP)
+        _wait_for_log(exporter, "config reloaded")
+        assert value(_scrape(exporter.url), "rig_source_up", source="gpu") is None
+
+
+def _wait_for_log(exporter, text: str, timeout: float = 10) -> None:
+    deadline = time.monotonic() + timeout
+    while text not in exporter.log():
+        assert time.monotonic() < deadline, exporter.log()
+        time.sleep(0.05)
