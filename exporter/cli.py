@@ -67,6 +67,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="an engine to scrape, e.g. main=http://127.0.0.1:30000,kind=sglang,"
              "probe_interval_seconds=60; repeatable; replaces the file's [[engine]] list",
     )
+    add_tap_flag(parser)
     parser.add_argument("--version", action="version", version=f"rig-exporter {__version__}")
     return parser
 
@@ -84,7 +85,30 @@ def config_from_args(args: argparse.Namespace) -> Config:
         table[key] = value
     if args.engine:
         raw["engine"] = [parse_engine_flag(spec) for spec in args.engine]
+    apply_tap_flags(raw, args.tap_listen_address or ())
     return load_config(raw)
+
+
+def add_tap_flag(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--tap.listen-address", dest="tap_listen_address", action="append",
+        metavar="NAME=HOST:PORT",
+        help="put the stream tap in front of engine NAME, listening on HOST:PORT (a bare "
+             "PORT means 127.0.0.1); sets that engine's tap_listen_address; repeatable")
+
+
+def apply_tap_flags(raw: dict[str, Any], specs: Sequence[str]) -> None:
+    """`main=127.0.0.1:30001` sets tap_listen_address on the [[engine]] named main."""
+    for spec in specs:
+        name, sep, address = spec.partition("=")
+        if not sep:
+            raise ConfigError("--tap.listen-address", spec, "expected NAME=HOST:PORT")
+        engines = raw.get("engine", [])
+        table = next((e for e in engines if isinstance(e, dict) and e.get("name") == name),
+                     None)
+        if table is None:
+            raise ConfigError("--tap.listen-address", spec, f"no engine named {name!r}")
+        table["tap_listen_address"] = address
 
 
 def parse_engine_flag(spec: str) -> dict[str, Any]:

@@ -65,6 +65,9 @@ class EngineConfig:
     # SGLang's PROMETHEUS_MULTIPROC_DIR: the tracker reads the counters from its files
     # (no engine work) instead of /metrics under a 2 % budget. "" : not set.
     metrics_dir: str = ""
+    # Empty: no stream tap. Else HOST:PORT for the tap, the proxy agents use instead
+    # of `url`; a bare port or ":PORT" means 127.0.0.1 (binding wider is explicit).
+    tap_listen_address: str = ""
 
 
 @dataclass(frozen=True)
@@ -190,6 +193,8 @@ def _engine(index: int, t: object) -> EngineConfig:
             t.get("stall_poll_interval_seconds", defaults.stall_poll_interval_seconds),
         ),
         metrics_dir=_metrics_dir(f"{key}.metrics_dir", t.get("metrics_dir", "")),
+        tap_listen_address=_tap_address(f"{key}.tap_listen_address",
+                                        t.get("tap_listen_address", "")),
     )
 
 
@@ -199,6 +204,19 @@ def _metrics_dir(key: str, value: object) -> str:
     if path and not os.path.isdir(path):
         raise ConfigError(key, path, "is not a directory (SGLang's PROMETHEUS_MULTIPROC_DIR)")
     return path
+
+
+def _tap_address(key: str, value: object) -> str:
+    """HOST:PORT for the stream tap; no host means loopback, never every interface."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        value = str(value)
+    address = _str(key, value)
+    if not address:
+        return ""
+    host, sep, port = address.rpartition(":")
+    if not port.isdigit() or not 0 < int(port) <= 65535:
+        raise ConfigError(key, value, "expected HOST:PORT, e.g. 127.0.0.1:30001")
+    return f"{host if sep and host else '127.0.0.1'}:{port}"
 
 
 def _gpu(t: Mapping[str, Any]) -> GpuConfig:

@@ -20,6 +20,7 @@ from exporter.engines.source import EngineSource
 from exporter.sources.base import Snapshot, Source, SourceRunner
 from exporter.sources.gpu import GpuSource
 from exporter.sources.host import HostSource
+from exporter.tap.source import TapSource
 
 log = logging.getLogger(__name__)
 
@@ -47,6 +48,8 @@ def build_sources(config: Config) -> list[Source]:
         elif engine_config.probe_interval_seconds > 0:
             log.warning("engine %s: no stream probe for kind %s (SGLang only)",
                         engine_config.name, engine_config.kind)
+        if engine_config.tap_listen_address:
+            sources.append(TapSource(engine_config))
     return sources
 
 

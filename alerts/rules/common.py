@@ -18,6 +18,11 @@ ENGINE = "job, instance, engine, name"
 CARD = "job, instance, card"
 ENGINE_SUBJECT = "Engine {{ $labels.name }} ({{ $labels.engine }}) on {{ $labels.instance }}"
 CARD_SUBJECT = "Card {{ $labels.card }} on {{ $labels.instance }}"
+# A count read through increase(), which extrapolates (3 retractions can read
+# 3.305): printed as the whole number it stands for.
+COUNT = '{{ $value | printf "%.0f" }}'
+# rig_engine_decode_stall_max_seconds looks back this far (exporter/engines/stall.py).
+STALL_MAX_WINDOW_SECONDS = 60
 # rig_source_up for the engine sources, with the engine's `name` label so that it
 # joins (and inhibits) the engine's own alerts.
 ENGINE_SOURCE_UP = (
@@ -35,7 +40,10 @@ SWAP_IO = "instance:rig_host_swap_io_bytes:rate5m"
 
 
 def dur(seconds: float) -> str:
-    """Prometheus duration for a whole number of seconds (300 -> 5m)."""
+    """Prometheus duration (300 -> 5m); a fraction of a second (a time-scaled
+    test copy) is written in milliseconds (0.5 -> 500ms)."""
+    if not float(seconds).is_integer():
+        return f"{round(seconds * 1000)}ms"
     s = int(seconds)
     for unit, size in (("h", 3600), ("m", 60)):
         if s and s % size == 0:
@@ -68,8 +76,12 @@ class Alert:
     severity: str
     expr: str
     for_seconds: int
+    # The rule's own condition, thresholds included: a page's headline.
     summary: str
+    # Which card, engine or tier, and the value, against its threshold.
     description: str
+    # The one thing to look at first; the runbook has the rest.
+    look_first: str
     # Tells apart two rules of one alert (promtool rejects duplicate label sets).
     signal: str = ""
 
@@ -83,6 +95,7 @@ class Alert:
         rule["annotations"] = {
             "summary": self.summary,
             "description": self.description,
+            "look_first": self.look_first,
             "runbook_url": RUNBOOK_URL + self.name.lower(),
         }
         return rule

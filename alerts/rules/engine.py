@@ -2,7 +2,17 @@
 
 from __future__ import annotations
 
-from alerts.rules.common import ENGINE, ENGINE_SOURCE_UP, ENGINE_SUBJECT, Alert, dur, num
+from alerts.rules.common import (
+    COUNT,
+    ENGINE,
+    ENGINE_SOURCE_UP,
+    ENGINE_SUBJECT,
+    STALL_MAX_WINDOW_SECONDS,
+    Alert,
+    dur,
+    num,
+    pct,
+)
 from exporter.thresholds import Thresholds
 
 
@@ -11,6 +21,10 @@ def engine_alerts(t: Thresholds) -> list[Alert]:
     wedged = dur(t.engine_wedged_seconds)
     stutter_lo = num(t.decode_stutter_seconds)
     stutter_window = dur(t.decode_stutter_window_seconds)
+    # The alert's window: the 60 s max the tracker reports, plus the hold. The
+    # value is the longest stall in it, not the one read when the alert fires.
+    longest = dur(t.decode_starvation_for_seconds + STALL_MAX_WINDOW_SECONDS)
+    kv_for = dur(t.kv_saturated_for_seconds)
     return [
         Alert(
             "RigDecodeStarvation",
@@ -18,36 +32,20 @@ def engine_alerts(t: Thresholds) -> list[Alert]:
             # The stall tracker (4 Hz) and the probe see single long gaps; the
             # ITL histogram spreads a gap over the tokens after it (sglang-metrics §5).
             f"""
-rig_engine_decode_stall_max_seconds >= {stall}
+max_over_time(rig_engine_decode_stall_max_seconds[{longest}])
+and rig_engine_decode_stall_max_seconds >= {stall}
 or
-rig_probe_max_token_gap_seconds >= {stall}
+max_over_time(rig_probe_max_token_gap_seconds[{longest}])
+and rig_probe_max_token_gap_seconds >= {stall}
 """,
             t.decode_starvation_for_seconds,
-            f"Running requests got no decode progress for {stall}s or more.",
-            ENGINE_SUBJECT + " went {{ $value | humanizeDuration }} without decoding a token"
-            " (stall tracker or stream probe).",
-            signal="stall",
-        ),
-        Alert(
-            "RigDecodeStarvation",
-            "critical",
-            # The wedge: vllm#46811 saw running read 0 during a real hang, so
-            # "running > 0 and no decode" alone misses it. Held for longer than
-            # a legitimate cold prefill, which also shows running = 0.
-            f"""
-rig_engine_queued_requests > 0
-and on({ENGINE})
-rig_engine_running_requests == 0
-and on({ENGINE})
-increase(rig_engine_decode_batches_total[1m]) == 0
-""",
-            t.engine_wedged_seconds,
-            f"Running requests got no decode progress for {stall}s or more.",
-            ENGINE_SUBJECT
-            + " has had {{ $value }} queued requests for "
-            + wedged
-            + " with none running and no decode batch: the scheduler is wedged.",
-            signal="wedged",
+            f"Running requests got no decoded token for {stall}s or more,"
+            f" held {dur(t.decode_starvation_for_seconds)}.",
+            ENGINE_SUBJECT + " went up to {{ $value | humanizeDuration }} without decoding a"
+            f" token (longest stall in the last {longest}, alert at {stall}s;"
+            " stall tracker or stream probe).",
+            "Is a long prompt prefilling? rig_engine_queued_requests and the engine log's"
+            " prefill lines.",
         ),
         Alert(
             "RigDecodeStuttering",
@@ -60,15 +58,13 @@ count_over_time(
 ) >= {t.decode_stutter_count}
 """,
             t.decode_stutter_for_seconds,
-            f"Decode keeps pausing for {stutter_lo}-{stall}s.",
+            f"Decode paused for {stutter_lo}-{stall}s in {t.decode_stutter_count} or more"
+            f" separate minutes of the last {stutter_window}.",
             ENGINE_SUBJECT
-            + " paused decode for "
-            + stutter_lo
-            + "-"
-            + stall
-            + "s in {{ $value }} separate minutes of the last "
-            + stutter_window
-            + ".",
+            + f" paused decode for {stutter_lo}-{stall}s in {{{{ $value }}}} separate minutes"
+            f" of the last {stutter_window} (alert at {t.decode_stutter_count}).",
+            "The stall tracker's saw-tooth next to the prefill chunks: chunked-prefill-size"
+            " and mixed chunk.",
         ),
         Alert(
             "RigEngineDown",
@@ -77,10 +73,14 @@ count_over_time(
 {ENGINE_SOURCE_UP} == 0
 """,
             t.engine_down_for_seconds,
-            "An inference engine is unreachable.",
+            "The exporter has not been able to read the engine's /metrics for"
+            f" {dur(t.engine_down_for_seconds)}.",
             "The exporter on {{ $labels.instance }} cannot read engine {{ $labels.name }}"
             " ({{ $labels.source }}).",
+            "Is the engine process alive? Its service status and log (OOM, HIP error).",
         ),
+        # Two signals of one fault, a wedged engine, made exclusive so that it
+        # pages once: where a stream probe runs, its verdict decides.
         Alert(
             "RigEngineWedged",
             "critical",
@@ -90,11 +90,35 @@ and on(job, instance, name)
 {ENGINE_SOURCE_UP} == 1
 """,
             t.engine_wedged_seconds,
-            "An engine answers HTTP but cannot serve a request.",
+            f"The engine answers /metrics, yet its stream probe has failed for {wedged}.",
+            ENGINE_SUBJECT + " serves /metrics, yet every stream probe for " + wedged
+            + " failed.",
+            "Does rigctl probe get a first token? If not, py-spy dump the scheduler ranks.",
+            signal="probe",
+        ),
+        Alert(
+            "RigEngineWedged",
+            "critical",
+            # vllm#46811 saw running read 0 during a real hang, so "running and
+            # no decode" alone misses it. Held longer than a legitimate cold
+            # prefill, which also shows running = 0 (rig-facts: 243.81 s at 192K).
+            f"""
+rig_engine_queued_requests > 0
+and on({ENGINE})
+rig_engine_running_requests == 0
+and on({ENGINE})
+increase(rig_engine_decode_batches_total[1m]) == 0
+unless on(job, instance, name)
+rig_probe_success
+""",
+            t.engine_wedged_seconds,
+            f"Requests have been queued for {wedged} with none running and no decode batch.",
             ENGINE_SUBJECT
-            + " serves /metrics, yet its stream probe has failed for "
-            + dur(t.engine_wedged_seconds)
-            + ".",
+            + " has had {{ $value }} queued requests for "
+            + wedged
+            + " with none running and no decode batch: the scheduler is wedged.",
+            "Does rigctl probe get a first token? If not, py-spy dump the scheduler ranks.",
+            signal="queue",
         ),
         Alert(
             "RigQueueHeadOfLine",
@@ -105,35 +129,45 @@ and on({ENGINE})
 rig_engine_running_requests > 0
 """,
             t.queue_wait_seconds,
-            f"Requests have waited in the queue for {dur(t.queue_wait_seconds)}.",
+            f"Requests have stayed queued for {dur(t.queue_wait_seconds)} while others run.",
             ENGINE_SUBJECT
             + " has kept {{ $value }} requests queued for "
             + dur(t.queue_wait_seconds)
             + " while others run.",
+            "KV usage next to the running requests: a few long contexts holding the pool.",
         ),
         Alert(
             "RigKVPoolSaturated",
             "warning",
             f"rig_engine_kv_usage_ratio >= {num(t.kv_usage_ratio)}",
             t.kv_saturated_for_seconds,
-            "The KV cache pool is full or requests are being retracted.",
+            f"The KV cache pool has been {pct(t.kv_usage_ratio)} full or more for {kv_for}.",
             ENGINE_SUBJECT
             + " has used {{ $value | humanizePercentage }} of its KV pool for "
-            + dur(t.kv_saturated_for_seconds)
-            + ".",
+            + kv_for
+            + f" (alert at {pct(t.kv_usage_ratio)}).",
+            "How many long contexts run at once: rig_engine_running_requests and their sizes.",
             signal="usage",
         ),
         Alert(
             "RigKVPoolSaturated",
             "warning",
-            "increase(rig_engine_retracted_requests_total"
-            f"[{dur(t.kv_saturated_for_seconds)}]) > 0",
+            # SGLang creates the counter at its first retraction, which
+            # increase() never counts (it needs two samples) and extrapolates
+            # the rest: the difference to the value a window ago, absent as 0,
+            # is the exact count. increase() covers an engine restart (reset).
+            f"""
+rig_engine_retracted_requests_total
+- (rig_engine_retracted_requests_total offset {kv_for} or rig_engine_retracted_requests_total * 0)
+> 0
+or
+increase(rig_engine_retracted_requests_total[{kv_for}]) > 0
+""",
             0,
-            "The KV cache pool is full or requests are being retracted.",
-            ENGINE_SUBJECT
-            + " retracted {{ $value | humanize }} running requests in the last "
-            + dur(t.kv_saturated_for_seconds)
-            + " for lack of KV space.",
+            f"Running requests were retracted for lack of KV space in the last {kv_for}.",
+            ENGINE_SUBJECT + " retracted " + COUNT + " running requests in the last "
+            + kv_for + " for lack of KV space.",
+            "How many long contexts run at once: rig_engine_running_requests and their sizes.",
             signal="retractions",
         ),
     ]

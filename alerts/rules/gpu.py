@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from alerts.rules.common import CARD, CARD_SUBJECT, HEADROOM, SCLK_RATIO, Alert, num
+from alerts.rules.common import CARD, CARD_SUBJECT, HEADROOM, SCLK_RATIO, Alert, dur, num, pct
 from exporter.thresholds import Thresholds
 
 
@@ -22,10 +22,21 @@ and on({CARD})
 """
     downclock_description = (
         CARD_SUBJECT + " runs its sclk at {{ $value | humanizePercentage }} of its maximum under"
-        " load, with the junction within "
+        f" load (alert below {pct(t.gpu_sclk_ratio)}), with the junction within "
         + num(t.gpu_junction_margin_celsius)
         + " °C of its limit or a thermal throttle reason set."
     )
+
+    def downclock_summary(for_seconds: int) -> str:
+        return (
+            f"Under load, a GPU's sclk has stayed below {pct(t.gpu_sclk_ratio)} of its maximum"
+            f" for {dur(for_seconds)}, its junction within {num(t.gpu_junction_margin_celsius)}"
+            " °C of its limit or a thermal throttle reason set."
+        )
+
+    airflow = "The card's fans (rig_gpu_fan_rpm) and the airflow between the two cards."
+    missing = "dmesg for an amdgpu reset or a PCIe link drop (AER)."
+    pcie = "lspci -vv LnkSta of the card and its upstream port: reseat, riser, BIOS slot setting."
     busy = f"and on({CARD})\nrig_gpu_busy_ratio >= {num(t.gpu_busy_ratio)}"
     alerts = [
         Alert(
@@ -33,16 +44,18 @@ and on({CARD})
             "warning",
             downclock,
             t.gpu_downclock_for_seconds,
-            "A GPU is slowing down because it is too hot.",
+            downclock_summary(t.gpu_downclock_for_seconds),
             downclock_description,
+            airflow,
         ),
         Alert(
             "RigGpuThermalDownclock",
             "critical",
             downclock,
             t.gpu_downclock_critical_for_seconds,
-            "A GPU is slowing down because it is too hot.",
+            downclock_summary(t.gpu_downclock_critical_for_seconds),
             downclock_description,
+            airflow,
         ),
         Alert(
             "RigGpuHot",
@@ -53,11 +66,13 @@ and on(job, instance, card, sensor)
 {HEADROOM} <= {num(t.gpu_hot_margin_celsius)}
 """,
             t.gpu_hot_for_seconds,
-            f"A GPU runs within {num(t.gpu_hot_margin_celsius)} °C of its critical temperature.",
+            f"A GPU's junction or memory has run within {num(t.gpu_hot_margin_celsius)} °C of"
+            f" its critical temperature for {dur(t.gpu_hot_for_seconds)}.",
             "The {{ $labels.sensor }} temperature of card {{ $labels.card }} on"
             " {{ $labels.instance }} is {{ $value }} °C, within "
             + num(t.gpu_hot_margin_celsius)
             + " °C of its critical limit.",
+            airflow,
         ),
         Alert(
             "RigGpuPowerCapped",
@@ -69,9 +84,11 @@ and on({CARD})
 rig_gpu_throttle_active{{reason="power"}} == 1
 """,
             t.gpu_power_capped_for_seconds,
-            "A GPU clock is held by its power limit.",
+            f"A GPU has drawn {pct(t.gpu_power_cap_ratio)} of its power cap or more, with the"
+            f" power throttle set, for {dur(t.gpu_power_capped_for_seconds)}.",
             CARD_SUBJECT + " draws {{ $value }} W, at its power cap: its clock is held by the"
             " power limit.",
+            "Nothing, if the cap was lowered on purpose: rig_gpu_power_cap_watts.",
         ),
         Alert(
             "RigGpuMissing",
@@ -82,6 +99,7 @@ rig_gpu_throttle_active{{reason="power"}} == 1
             "A GPU has disappeared.",
             "Card {{ $labels.card }} (PCI {{ $labels.pci_bus }}) on {{ $labels.instance }}"
             " is no longer present.",
+            missing,
             signal="vanished",
         ),
         Alert(
@@ -93,9 +111,11 @@ rig_gpu_pcie_link_speed_transfers_per_second{{kind="current"}}
 {busy}
 """,
             t.gpu_pcie_for_seconds,
-            "A GPU's PCIe link runs narrower or slower than it can under load.",
+            "Under load, a GPU's PCIe link has run slower than its maximum for"
+            f" {dur(t.gpu_pcie_for_seconds)}.",
             CARD_SUBJECT + "{{ with $labels.port }} ({{ . }} port){{ end }} runs its PCIe link"
             " at {{ $value | humanize }}T/s under load, below its maximum.",
+            pcie,
             signal="speed",
         ),
         Alert(
@@ -108,9 +128,12 @@ rig_gpu_pcie_link_width_lanes{{kind="current"}}
 {busy}
 """,
             t.gpu_pcie_for_seconds,
-            "A GPU's PCIe link runs narrower or slower than it can under load.",
+            "Under load, a GPU's PCIe link has run narrower than its maximum and below"
+            f" x{t.gpu_pcie_min_width_lanes} for {dur(t.gpu_pcie_for_seconds)}.",
             CARD_SUBJECT + "{{ with $labels.port }} ({{ . }} port){{ end }} runs its PCIe link"
-            " at x{{ $value }} under load, below its maximum.",
+            " at x{{ $value }} under load, below its maximum and"
+            f" x{t.gpu_pcie_min_width_lanes}.",
+            pcie,
             signal="width",
         ),
     ]
@@ -125,6 +148,7 @@ rig_gpu_pcie_link_width_lanes{{kind="current"}}
                 "Only {{ $value }} of "
                 + str(t.gpu_expected_count)
                 + " GPUs are present on {{ $labels.instance }}.",
+                missing,
                 signal="count",
             )
         )

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from alerts.rules.common import (
     CHURN_RATE,
+    COUNT,
     ENGINE,
     ENGINE_SUBJECT,
     HOST_USAGE,
@@ -22,6 +23,8 @@ def hicache_alerts(t: Thresholds) -> list[Alert]:
     storage = dur(t.hicache_storage_window_seconds)
     long_prompt = str(t.hicache_recompute_tokens)
     pool = num(t.hicache_host_pool_ratio)
+    churn = num(t.hicache_churn_tokens_per_second)
+    l2_share = pct(t.hicache_l2_hit_ratio)
     l2_hits = 'sum without (tier) (rate(rig_engine_cache_hit_tokens_total{tier="L2"}[5m]))'
     written = f"increase(rig_engine_hicache_storage_written_tokens_total[{storage}])"
     prefetched = f"increase(rig_engine_hicache_storage_prefetched_tokens_total[{storage}])"
@@ -40,9 +43,11 @@ and on({ENGINE})
 rig_engine_hicache_host_capacity_tokens > 0
 """,
             t.hicache_churn_for_seconds,
-            "KV cache is thrashing between GPU (L1) and host RAM (L2).",
+            f"Tokens have moved between L1 and L2 at {churn} tokens/s or more for"
+            f" {dur(t.hicache_churn_for_seconds)} while L2 served under {l2_share} of prompts.",
             ENGINE_SUBJECT + " moves {{ $value | humanize }} tokens/s down to L2 and back up"
-            " while L2 serves under " + pct(t.hicache_l2_hit_ratio) + " of prompt tokens.",
+            f" (alert at {churn}) while L2 serves under {l2_share} of prompt tokens.",
+            "How many long sessions are live against the L1 + L2 capacity (RUNBOOK table).",
             signal="churn",
         ),
         Alert(
@@ -58,11 +63,14 @@ and on({ENGINE})
 {HOST_USAGE} >= {pool}
 """,
             t.hicache_recompute_for_seconds,
-            "KV cache is thrashing between GPU (L1) and host RAM (L2).",
+            f"In the last {recompute}, {long_prompt} or more prompt tokens missed every cache"
+            f" tier while L1 evicted into an L2 {pct(t.hicache_host_pool_ratio)} full.",
             ENGINE_SUBJECT
-            + " recomputed {{ $value | humanize }} prompt tokens in the last "
+            + " recomputed " + COUNT + " prompt tokens in the last "
             + recompute
-            + " that no cache tier held, while evicting from L1 into a full L2.",
+            + f" that no cache tier held (alert at {long_prompt}), while evicting from L1"
+            " into a full L2.",
+            "How many long sessions are live against the L1 + L2 capacity (RUNBOOK table).",
             signal="recompute",
         ),
         Alert(
@@ -74,9 +82,11 @@ and on({ENGINE})
 rate(rig_engine_hicache_evicted_tokens_total[5m]) > 0
 """,
             t.hicache_host_pool_for_seconds,
-            "The HiCache host pool (L2) is full while L1 keeps evicting.",
+            f"The L2 host pool has been {pct(t.hicache_host_pool_ratio)} full or more for"
+            f" {dur(t.hicache_host_pool_for_seconds)} while L1 keeps evicting into it.",
             ENGINE_SUBJECT + " has filled {{ $value | humanizePercentage }} of its L2 host pool"
-            " and keeps evicting from L1.",
+            f" (alert at {pct(t.hicache_host_pool_ratio)}) and keeps evicting from L1.",
+            "L2 occupancy against the live sessions; is RigHiCacheThrash firing too?",
         ),
         Alert(
             "RigHiCacheStorageMisses",
@@ -90,10 +100,12 @@ and on({ENGINE})
 {missing_hits(storage)} >= {long_prompt}
 """,
             t.hicache_storage_for_seconds,
-            "L3 storage is written but never read back.",
+            f"L3 storage was written in the last {storage} yet nothing was prefetched back"
+            f" while {long_prompt} or more prompt tokens missed every tier.",
             ENGINE_SUBJECT
             + " wrote {{ $value | humanize }} tokens to L3 in the last "
             + storage
             + " yet prefetched none back while long prompts missed every tier.",
+            "The SGLang version against the L3 hash-chain fix; the L3 directory keeps growing.",
         ),
     ]

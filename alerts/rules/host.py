@@ -2,11 +2,20 @@
 
 from __future__ import annotations
 
-from alerts.rules.common import MEM_AVAILABLE, SWAP_IO, Alert, dur, num
-from exporter.thresholds import Thresholds
+from alerts.rules.common import MEM_AVAILABLE, SWAP_IO, Alert, dur, num, pct
+from exporter.thresholds import MIB, Thresholds
+
+
+def mib(value: float) -> str:
+    return num(value / MIB)
+
+
+def kib(value: float) -> str:
+    return num(value / 1024)
 
 
 def host_alerts(t: Thresholds) -> list[Alert]:
+    oom = "What holds the RAM (the L2 pool pins ~40 GB): free -h, then dmesg for the OOM killer."
     return [
         Alert(
             "RigHostSwapping",
@@ -18,18 +27,23 @@ deriv(rig_host_swap_used_bytes[{dur(t.host_swap_growth_window_seconds)}])
 >= {num(t.host_swap_growth_bytes_per_second)}
 """,
             t.host_swapping_for_seconds,
-            "The host is swapping.",
+            f"The host has moved {mib(t.host_swap_io_bytes_per_second)} MiB/s or more to or from"
+            f" swap, or its swap use grew {kib(t.host_swap_growth_bytes_per_second)} KiB/s or"
+            f" more, for {dur(t.host_swapping_for_seconds)}.",
             "Host {{ $labels.instance }} moves {{ $value | humanize1024 }}B/s to or from swap,"
             " or its swap use grows at that rate.",
+            "Which process holds the memory: smem -rs swap, and the L2 pool size (--hicache-size).",
         ),
         Alert(
             "RigHostMemoryPressure",
             "critical",
             f"{MEM_AVAILABLE} < {num(t.host_memory_available_ratio)}",
             t.host_memory_for_seconds,
-            "The host is running out of memory.",
+            f"Available RAM has stayed below {pct(t.host_memory_available_ratio)} for"
+            f" {dur(t.host_memory_for_seconds)}.",
             "Host {{ $labels.instance }} has only {{ $value | humanizePercentage }} of its RAM"
-            " available.",
+            f" available (alert below {pct(t.host_memory_available_ratio)}).",
+            oom,
             signal="available",
         ),
         Alert(
@@ -38,9 +52,12 @@ deriv(rig_host_swap_used_bytes[{dur(t.host_swap_growth_window_seconds)}])
             'rate(rig_host_memory_pressure_stall_seconds_total{kind="full"}[5m])'
             f" >= {num(t.host_memory_full_stall_ratio)}",
             t.host_memory_for_seconds,
-            "The host is running out of memory.",
+            f"All tasks have stalled on memory {pct(t.host_memory_full_stall_ratio)} of the time"
+            f" or more (PSI full) for {dur(t.host_memory_for_seconds)}.",
             "All tasks on host {{ $labels.instance }} stalled on memory"
-            " {{ $value | humanizePercentage }} of the time (PSI full).",
+            " {{ $value | humanizePercentage }} of the time (PSI full; alert at "
+            + pct(t.host_memory_full_stall_ratio) + ").",
+            oom,
             signal="stall",
         ),
         Alert(
@@ -48,8 +65,11 @@ deriv(rig_host_swap_used_bytes[{dur(t.host_swap_growth_window_seconds)}])
             "warning",
             f"rig_host_cpu_temperature_celsius >= {num(t.cpu_temperature_celsius)}",
             t.cpu_hot_for_seconds,
-            "The CPU runs near its temperature limit.",
-            "CPU sensor {{ $labels.sensor }} on {{ $labels.instance }} reads {{ $value }} °C.",
+            f"A CPU sensor has read {num(t.cpu_temperature_celsius)} °C or more for"
+            f" {dur(t.cpu_hot_for_seconds)}.",
+            "CPU sensor {{ $labels.sensor }} on {{ $labels.instance }} reads {{ $value }} °C"
+            f" (alert at {num(t.cpu_temperature_celsius)} °C).",
+            "The CPU cooler and the GPUs' exhaust: sensors k10temp-*.",
         ),
         Alert(
             "RigExporterSourceDown",
@@ -60,7 +80,8 @@ deriv(rig_host_swap_used_bytes[{dur(t.host_swap_growth_window_seconds)}])
 label_replace(rig_source_up{source!~"engine/.+"}, "name", "$1", "source", "probe/(.+)") == 0
 """,
             t.source_down_for_seconds,
-            "An exporter source is failing.",
+            f"An exporter source has failed every read for {dur(t.source_down_for_seconds)}.",
             "The exporter on {{ $labels.instance }} cannot read its {{ $labels.source }} source.",
+            "The exporter's log: one line names the failing source and why.",
         ),
     ]

@@ -12,7 +12,7 @@ from collections.abc import Iterator
 from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 
-from exporter.collector import engine, gpu, host  # noqa: F401  (registers their readings)
+from exporter.collector import engine, gpu, host, tap  # noqa: F401  (registers their readings)
 from exporter.collector.families import families
 from exporter.collector.rig import rig_families
 from exporter.sources.base import Snapshot

@@ -1,4 +1,5 @@
-"""A simulated SGLang server: /metrics, /server_info, /get_server_info, /health, /generate.
+"""A simulated SGLang server: /metrics, /server_info, /get_server_info, /health,
+/generate, /v1/completions, /v1/loads, and a control endpoint under /sim/.
 
 /metrics is rendered from a SimEngine in SGLang 0.5.23's multiprocess format, on a
 template that is the genuine capture `sglang-0.5.23-metrics-multiproc-b.txt` (TP=2)
@@ -8,24 +9,34 @@ the template's names, labels and rank layout; the rest are served as captured. L
 stay sorted and values use prometheus_client's formatting, as a real server's do.
 With dp_size > 1 every scheduler-side series repeats once per `dp_rank`.
 
-    python -m exporter.sim.sglang_server --port 30000 [--dp-size 4] [--running 2]
+/generate and /v1/completions are served by the engine's scheduler model
+(exporter/sim/scheduler.py; see exporter/sim/generation.py), so each token frame is
+written when the scheduler emits it. /v1/loads answers the `core` fields (0.5.8+).
+The /sim/ control endpoint (loopback only) is documented in exporter/sim/control.py.
+
+    python -m exporter.sim.sglang_server --port 30000 --policy n=1 --time-scale 10
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
+import dataclasses
 import gzip
-import json
 import re
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 
 from aiohttp import web
 from prometheus_client.utils import floatToGoString
 
-from exporter.sim.sglang_state import Fault, SimEngine
+from exporter.sim import control, generation
+from exporter.sim.scheduler import Policy
+from exporter.sim.sglang_state import Fault, Histogram, SimEngine
 
 TEMPLATE = Path(__file__).parent / "templates" / "sglang-0.5.23-multiproc.txt"
 _LABEL = re.compile(r'(\w+)="([^"]*)"')
@@ -77,7 +88,29 @@ def _keyed(label: str, values_of: Callable[[SimEngine], dict[str, float]]) -> Re
 def _decode_or_prefill(state: SimEngine, labels: Labels) -> float | None:
     if labels.get("mode", "").startswith("decode"):
         return state.decode_batches()
-    return state.prefill_batches or None
+    return state.prefill_passes()
+
+
+def _histogram(label: str | None,
+               values_of: Callable[[SimEngine], dict[str, Histogram]]) -> Renderer:
+    """_sum, cumulative buckets and _count per child (one per key of `label`), laid
+    out on the template's first child: its labels and its `le` bounds."""
+    def render(state: SimEngine, template: list[tuple[str, Labels]]):
+        first = {k: v for k, v in template[0][1].items() if k != "le"}
+        pattern = [(n, labels) for n, labels in template
+                   if {k: v for k, v in labels.items() if k != "le"} == first]
+        served = []
+        for key, histogram in sorted(values_of(state).items()):
+            for name, labels in pattern:
+                child = {**labels, label: key} if label else dict(labels)
+                if name.endswith("_sum"):
+                    served.append((name, child, histogram.sum))
+                elif name.endswith("_count"):
+                    served.append((name, child, histogram.count))
+                else:
+                    served.append((name, child, histogram.cumulative(float(labels["le"]))))
+        return served
+    return render
 
 
 def _storage(value_of: Callable[[SimEngine], float | None]) -> Renderer:
@@ -85,26 +118,33 @@ def _storage(value_of: Callable[[SimEngine], float | None]) -> Renderer:
 
 
 DRIVEN: dict[str, Renderer] = {
-    "sglang:num_running_reqs": _each(lambda s, _: s.running),
-    "sglang:num_queue_reqs": _each(lambda s, _: s.queued),
-    "sglang:token_usage": _each(lambda s, _: s.token_usage),
+    "sglang:num_running_reqs": _each(lambda s, _: s.num_running_reqs()),
+    "sglang:num_queue_reqs": _each(lambda s, _: s.num_queue_reqs()),
+    "sglang:token_usage": _each(lambda s, _: s.kv_usage()),
     "sglang:max_total_num_tokens": _each(lambda s, _: s.max_total_num_tokens),
     "sglang:cuda_graph_passes_total": _each(_decode_or_prefill),
+    "sglang:realtime_tokens_total": _each(lambda s, labels: s.realtime_tokens(labels["mode"])),
     "sglang:prompt_tokens_total": _keyed("is_streaming", lambda s: s.prompt_tokens),
     "sglang:generation_tokens_total": _keyed("is_streaming", lambda s: s.generation_tokens),
+    "sglang:num_requests_total": _keyed("is_streaming", lambda s: s.finished_requests),
+    "sglang:num_aborted_requests_total": _each(lambda s, _: s.aborted_requests),
     "sglang:cached_tokens_total": _keyed("cache_source", lambda s: s.cached_tokens),
+    "sglang:time_to_first_token_seconds": _histogram("is_streaming", lambda s: s.ttft),
+    "sglang:inter_token_latency_seconds": _histogram(
+        None, lambda s: {"": s.itl} if s.itl is not None else {}),
     "sglang:hicache_host_used_tokens": _each(lambda s, _: s.hicache_host_used_tokens),
     "sglang:hicache_host_total_tokens": _each(lambda s, _: s.hicache_host_total_tokens),
-    "sglang:evicted_tokens_total": _each(lambda s, _: s.evicted_tokens),
+    "sglang:evicted_tokens_total": _each(lambda s, _: s.evicted()),
     "sglang:load_back_tokens_total": _each(lambda s, _: s.loaded_back_tokens),
     "sglang:hicache_backup_tokens_total": _each(lambda s, _: s.backed_up_tokens),
-    "sglang:num_retracted_requests_total": _each(lambda s, _: s.retracted_requests),
+    "sglang:num_retracted_requests_total": _each(lambda s, _: s.retracted()),
     "sglang:prefetched_tokens_total": _storage(lambda s: s.storage_prefetched_tokens),
     "sglang:backuped_tokens_total": _storage(lambda s: s.storage_written_tokens),
 }
 
 
 def render_metrics(state: SimEngine, blocks: list[Block]) -> str:
+    state.advance()  # one instant for the whole body
     lines: list[str] = []
     for block in blocks:
         renderer = DRIVEN.get(block.name)
@@ -142,18 +182,31 @@ class SimServer:
     def __init__(self, state: SimEngine | None = None) -> None:
         self.state = state or SimEngine()
         self.blocks = load_template()
-        self.app = web.Application()
+        self.hub = generation.StreamHub(self.state)
+        self.control = control.Control(self.state)
+        self.app = web.Application(middlewares=[control.loopback_only])
         self.app.router.add_get("/metrics", self.metrics)
         self.app.router.add_get("/server_info", self.server_info)
         self.app.router.add_get("/get_server_info", self.get_server_info)
         self.app.router.add_get("/health", self.health)
+        self.app.router.add_get("/v1/loads", self.loads)
         self.app.router.add_post("/generate", self.generate)
+        self.app.router.add_post("/v1/completions", self.completions)
+        self.app.add_routes(self.control.routes())
+        self.app.cleanup_ctx.append(self._pump)
         self._runner: web.AppRunner | None = None
         self.url = ""
         #: The JSON bodies /generate received, for tests to check what a client sent.
         self.generate_requests: list[dict] = []
         #: How many /metrics answers were gzipped because the client asked for it.
         self.gzipped_metrics = 0
+
+    async def _pump(self, app: web.Application):
+        task = asyncio.create_task(self.hub.pump())
+        yield
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
 
     async def start(self, host: str = "127.0.0.1", port: int = 0) -> str:
         self._runner = web.AppRunner(self.app, shutdown_timeout=0.5)
@@ -212,36 +265,32 @@ class SimServer:
     async def health(self, request: web.Request) -> web.Response:
         return web.Response()
 
+    async def loads(self, request: web.Request) -> web.Response:
+        """GET /v1/loads (0.5.8+): the `core` fields per DP rank (0.5.23
+        entrypoints/v1_loads.py); the other sections are not simulated."""
+        if _release(self.state.version) < (0, 5, 8):
+            raise web.HTTPNotFound()
+        include = {part.strip() for part in request.query.get("include", "all").split(",")}
+        unknown = include - {"core", "memory", "spec", "lora", "disagg", "queues", "all"}
+        if unknown:
+            return web.json_response({"detail": f"Invalid include sections: {sorted(unknown)}"},
+                                     status=400)
+        return web.json_response({
+            "timestamp": datetime.now(UTC).isoformat(), "version": self.state.version,
+            "accelerator": None, "num_accelerators": self.state.tp_size,
+            "loads": self.state.loads()})
+
     async def generate(self, request: web.Request) -> web.StreamResponse:
-        """SSE frames `data: {json}` with cumulative text and completion_tokens, then
-        `data: [DONE]` (reference/sglang-metrics.md §7.3)."""
-        body = await request.json()
-        self.generate_requests.append(body)
-        wanted = int(body.get("sampling_params", {}).get("max_new_tokens", 16))
-        script = self.state.stream
-        response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
-        await response.prepare(request)
-        tokens, frame = 0, 0
-        await asyncio.sleep(script.first_token_seconds)
-        while tokens < wanted:
-            if script.hang_after_frames is not None and frame >= script.hang_after_frames:
-                await asyncio.Event().wait()
-            if frame > 0:
-                gaps = script.gaps_seconds
-                await asyncio.sleep(gaps[frame - 1] if frame - 1 < len(gaps)
-                                    else script.default_gap_seconds)
-            tokens = min(wanted, tokens + script.tokens_per_frame)
-            frame += 1
-            done = tokens >= wanted
-            payload = {"text": " tok" * tokens, "output_ids": list(range(tokens)),
-                       "meta_info": {"id": "sim", "prompt_tokens": 16,
-                                     "completion_tokens": tokens, "cached_tokens": 0,
-                                     "finish_reason": {"type": "length", "length": wanted}
-                                     if done else None}}
-            await response.write(f"data: {json.dumps(payload)}\n\n".encode())
-        await response.write(b"data: [DONE]\n\n")
-        self.state.finish_request(16, tokens)
-        return response
+        """SGLang's native API; SSE frames `data: {json}`, then `data: [DONE]`
+        (reference/sglang-metrics.md §7.3)."""
+        with contextlib.suppress(ValueError):
+            body = await request.json()
+            if isinstance(body, dict):
+                self.generate_requests.append(body)
+        return await generation.generate(self.hub, request)
+
+    async def completions(self, request: web.Request) -> web.StreamResponse:
+        return await generation.completions(self.hub, request)
 
     async def _huge(self, request: web.Request) -> web.StreamResponse:
         # Chunked, with no Content-Length to refuse it by: the client must count.
@@ -284,18 +333,55 @@ def _break_lines(body: bytes) -> bytes:
     return text.encode()
 
 
+def _release(version: str) -> tuple[int, ...]:
+    parts = re.findall(r"\d+", version)[:3]
+    return tuple(int(p) for p in parts)
+
+
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0].replace("\n", " "),
+        epilog=control.__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=30000)
     parser.add_argument("--dp-size", type=int, default=1)
-    parser.add_argument("--running", type=int, default=2)
-    parser.add_argument("--queued", type=int, default=0)
+    parser.add_argument("--running", type=int, default=2,
+                        help="synthetic running requests (decode at 30 batches/s)")
+    parser.add_argument("--queued", type=int, default=0, help="synthetic queued requests")
+    parser.add_argument("--policy", default="default", type=_policy,
+                        help="scheduler policy: default, mixed-chunk, n=<N> (max "
+                             "consecutive prefill batches) or interval=<k> (default: "
+                             "%(default)s)")
+    parser.add_argument("--chunked-prefill-size", type=int, default=None,
+                        help="tokens per prefill chunk (default: 4096)")
+    parser.add_argument("--time-scale", type=float, default=1.0,
+                        help="simulated seconds per real second (default: 1)")
+    parser.add_argument("--version", default="0.5.23",
+                        help="the SGLang release to report (default: %(default)s)")
     args = parser.parse_args(argv)
+    if args.time_scale <= 0:
+        parser.error("--time-scale must be positive")
+    policy = args.policy
+    if args.chunked_prefill_size is not None:
+        if args.chunked_prefill_size < 1:
+            parser.error("--chunked-prefill-size must be at least 1")
+        policy = dataclasses.replace(policy, chunked_prefill_size=args.chunked_prefill_size)
     state = SimEngine(dp_size=args.dp_size, queued=args.queued, token_usage=0.5,
-                      hicache_host_used_tokens=100000, hicache_host_total_tokens=319193)
+                      hicache_host_used_tokens=100000, hicache_host_total_tokens=319193,
+                      policy=policy, time_scale=args.time_scale, version=args.version)
     state.running = args.running
+    print(f"simulated SGLang {args.version} on http://{args.host}:{args.port} "
+          f"(policy {policy.name}, time x{args.time_scale:g}, started "
+          f"{time.strftime('%H:%M:%S')})", flush=True)
     web.run_app(SimServer(state).app, host=args.host, port=args.port, print=None)
+
+
+def _policy(text: str) -> Policy:
+    try:
+        return Policy.named(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 if __name__ == "__main__":

@@ -268,9 +268,13 @@ class _Parser:
         raise ValueError(f"unexpected token {text!r}")
 
     def subquery(self) -> str | None:
-        if self.peek() and self.peek().startswith("["):
-            return self.take()
-        return None
+        window = self.take() if self.peek() and self.peek().startswith("[") else None
+        if self.peek() == "offset":  # `offset 5m` lexes as offset, 5, m
+            self.take()
+            while self.pos + 1 < len(self.tokens) and self.tokens[self.pos][0] == "num":
+                self.take()
+                self.take()
+        return window
 
     def aggregation(self) -> set[str] | None:
         grouping = None

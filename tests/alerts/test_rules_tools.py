@@ -142,3 +142,37 @@ def test_inhibit_rules_name_real_alerts() -> None:
 
 def _names() -> set[str]:
     return {r["alert"] for r in _alerts()}
+
+
+def _routes(route: dict[str, Any]) -> list[dict[str, Any]]:
+    return [route, *(r for child in route.get("routes", []) for r in _routes(child))]
+
+
+def test_every_route_groups_by_signal() -> None:
+    """Two rules of one alert differ only in `signal`: without it in the group
+    key, the second waits out group_interval (issue #8: 3.5 min late)."""
+    config = yaml.safe_load(ALERTMANAGER.read_text())
+    for route in _routes(config["route"]):
+        if "group_by" in route:
+            assert {"instance", "alertname", "signal"} <= set(route["group_by"]), route
+
+
+def test_pages_are_one_alert_each() -> None:
+    # Every label that tells apart two critical alerts of one rule is in the key.
+    config = yaml.safe_load(ALERTMANAGER.read_text())
+    pager = next(r for r in config["route"]["routes"] if r["receiver"] == "rig-pager")
+    assert {"name", "card"} <= set(pager["group_by"])
+
+
+def test_a_wedged_engine_silences_its_starvation() -> None:
+    config = yaml.safe_load(ALERTMANAGER.read_text())
+    rule = next(r for r in config["inhibit_rules"]
+                if r["source_matchers"] == ['alertname="RigEngineWedged"'])
+    assert {"instance", "name"} <= set(rule["equal"])
+    assert "RigDecodeStarvation" in rule["target_matchers"][0]
+
+
+def test_templates_load() -> None:
+    config = yaml.safe_load(ALERTMANAGER.read_text())
+    for pattern in config["templates"]:
+        assert list(ALERTMANAGER.parent.glob(pattern)), pattern

@@ -22,9 +22,13 @@ def families(text: str) -> dict:
 
 
 def test_fixture_families_names_and_labels():
-    state = SimEngine(hicache_host_used_tokens=1, hicache_host_total_tokens=2,
-                      cached_tokens={"device": 5})
+    clock = [0.0]
+    state = SimEngine(clock=lambda: clock[0], hicache_host_used_tokens=1,
+                      hicache_host_total_tokens=2, cached_tokens={"device": 5})
     state.running = 1
+    state.submit(100, 3, stream=True)
+    state.submit(100, 3, stream=False)
+    clock[0] = 5.0  # both finish: TTFT has a child per is_streaming, as in the capture
     served = families(render_metrics(state, load_template()))
     fixture = families(SGLANG_MULTIPROC.read_text())
     # Every fixture family the state does not leave untouched is served, same type.

@@ -1,0 +1,126 @@
+"""The tap's reverse proxy: agents talk to it as they would to the engine.
+
+Requests go upstream as they came (method, path, query, headers but the hop-by-hop
+ones, body streamed); responses come back byte for byte as they arrive, each chunk
+written before the next is read, so a slow client slows the engine's stream and
+a slow engine is never waited on whole. Only `text/event-stream` responses are
+timed (TapState); the rest just pass.
+
+A client that goes away cancels its handler at once (aiohttp's handler_cancellation),
+which closes the upstream connection, and the engine aborts the generation (SGLang
+registers an abort task on its StreamingResponse: http_server.py `serve_generate_request`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator
+
+import aiohttp
+from aiohttp import web
+from multidict import CIMultiDict, CIMultiDictProxy
+from yarl import URL
+
+from exporter.tap.state import TapState
+
+log = logging.getLogger(__name__)
+
+# RFC 9110 §7.6.1: meaningful for one connection only, never forwarded. Host is set
+# by the client session to the upstream's own, as a reverse proxy does.
+HOP_BY_HOP = frozenset({"connection", "keep-alive", "proxy-connection", "proxy-authenticate",
+                        "proxy-authorization", "te", "trailer", "transfer-encoding",
+                        "upgrade", "host"})
+# Reading the client's body and the engine's stream in pieces keeps memory per
+# stream bounded however long either is.
+READ_CHUNK_BYTES = 64 * 1024
+
+
+def forwarded_headers(headers: CIMultiDictProxy[str] | CIMultiDict[str]) -> CIMultiDict[str]:
+    """The headers without the hop-by-hop ones, and without those `Connection` names."""
+    named = {token.strip().lower() for value in headers.getall("Connection", ())
+             for token in value.split(",")}
+    return CIMultiDict((k, v) for k, v in headers.items()
+                       if k.lower() not in HOP_BY_HOP and k.lower() not in named)
+
+
+class TapProxy:
+    def __init__(self, upstream_url: str, state: TapState,
+                 connect_timeout_seconds: float = 10.0) -> None:
+        self.upstream_url = upstream_url.rstrip("/")
+        self.state = state
+        self.connect_timeout_seconds = connect_timeout_seconds
+        self.session: aiohttp.ClientSession | None = None
+
+    async def start(self) -> None:
+        # No read or total timeout: a stream may legitimately stall 47 s (rig-facts.md),
+        # and the tap is there to time it, not to cut it. No decompression: bytes pass
+        # unchanged. No cookie jar: cookies are the client's, forwarded as headers.
+        self.session = aiohttp.ClientSession(
+            timeout=aiohttp.ClientTimeout(total=None, sock_connect=self.connect_timeout_seconds),
+            auto_decompress=False, cookie_jar=aiohttp.DummyCookieJar(),
+            read_bufsize=READ_CHUNK_BYTES)
+
+    async def close(self) -> None:
+        if self.session is not None:
+            await self.session.close()
+
+    def app(self) -> web.Application:
+        app = web.Application(client_max_size=0)  # the body is streamed, never held
+        app.router.add_route("*", "/{tail:.*}", self.handle)
+        return app
+
+    async def handle(self, request: web.Request) -> web.StreamResponse:
+        assert self.session is not None, "TapProxy.start() first"
+        # encoded=True: the path and query go on exactly as the client wrote them.
+        url = URL(self.upstream_url + request.rel_url.raw_path_qs, encoded=True)
+        body = _body(request) if request.body_exists else None
+        sent_at = self.state.clock()
+        try:
+            upstream = await self.session.request(
+                request.method, url, headers=forwarded_headers(request.headers), data=body,
+                allow_redirects=False, skip_auto_headers=("Accept-Encoding", "User-Agent",
+                                                          "Content-Type"))
+        except (aiohttp.ClientError, OSError, TimeoutError) as exc:
+            self.state.failed()
+            reason = " ".join(f"{type(exc).__name__}: {exc}".split())
+            log.warning("tap %s %s: upstream failed: %s", request.method, url, reason)
+            return web.Response(status=502, text=f"tap: upstream {self.upstream_url} "
+                                                 f"failed: {reason}\n")
+        async with upstream:
+            return await self._relay(request, upstream, sent_at)
+
+    async def _relay(self, request: web.Request, upstream: aiohttp.ClientResponse,
+                     sent_at: float) -> web.StreamResponse:
+        response = web.StreamResponse(status=upstream.status, reason=upstream.reason,
+                                      headers=forwarded_headers(upstream.headers))
+        timed = upstream.content_type == "text/event-stream"
+        stream = self.state.open(sent_at) if timed else None
+        outcome = "error"
+        try:
+            await response.prepare(request)
+            async for chunk in upstream.content.iter_chunked(READ_CHUNK_BYTES):
+                if stream is not None:
+                    self.state.chunk(stream, chunk)
+                await response.write(chunk)
+            await response.write_eof()
+            outcome = "ok" if upstream.status < 400 else "error"
+        except (asyncio.CancelledError, ConnectionResetError):
+            outcome = "client_closed"  # the client went away: leaving closes the upstream
+            raise
+        except (aiohttp.ClientError, OSError, TimeoutError) as exc:
+            log.warning("tap %s %s: upstream broke mid-response: %s", request.method,
+                        request.rel_url, exc)
+            # Headers are out: the one honest signal left is to cut the client's
+            # connection too, so it sees a truncated response, not a clean end.
+            if request.transport is not None:
+                request.transport.abort()
+        finally:
+            if stream is not None:
+                self.state.close(stream, outcome)
+        return response
+
+
+async def _body(request: web.Request) -> AsyncIterator[bytes]:
+    async for chunk in request.content.iter_chunked(READ_CHUNK_BYTES):
+        yield chunk

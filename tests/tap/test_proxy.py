@@ -1,0 +1,284 @@
+"""The tap against a stand-in engine with a scripted gap pattern, over real loopback HTTP."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import json
+import os
+import time
+from collections.abc import AsyncIterator
+
+import aiohttp
+import pytest
+
+from exporter.config import EngineConfig
+from exporter.tap.source import TapSource
+from tests.scrape import free_port
+from tests.tap.standin import Script, StandIn, stream_bytes
+
+GAPS = (0.05, 0.3, 0.1, 0.6, 0.02, 0.02)
+SCRIPT = Script(first_token_seconds=0.2, gaps_seconds=GAPS)
+PATHS = {"native": "/generate", "chat": "/v1/chat/completions", "completions": "/v1/completions"}
+
+
+@contextlib.asynccontextmanager
+async def tap_before(standin: StandIn) -> AsyncIterator[tuple[TapSource, str]]:
+    url = await standin.start()
+    address = f"127.0.0.1:{free_port()}"
+    tap = TapSource(EngineConfig(name="main", url=url, tap_listen_address=address))
+    await tap.start()
+    try:
+        yield tap, f"http://{address}"
+    finally:
+        await tap.close()
+        await standin.stop()
+
+
+async def stream_through(session: aiohttp.ClientSession, tap_url: str, shape: str,
+                         body: dict | None = None) -> tuple[int, dict, bytes]:
+    async with session.post(tap_url + PATHS[shape], json=body or {"stream": True}) as response:
+        return response.status, dict(response.headers), await response.read()
+
+
+@pytest.mark.parametrize("shape", ["native", "chat", "completions"])
+def test_bytes_identical_and_gaps_measured(shape):
+    script = Script(shape=shape, first_token_seconds=0.2, gaps_seconds=GAPS)
+
+    async def scenario():
+        async with tap_before(StandIn(script)) as (tap, url), aiohttp.ClientSession() as session:
+            status, headers, body = await stream_through(session, url, shape)
+            return status, headers, body, await tap.read()
+
+    status, headers, body, reading = asyncio.run(scenario())
+    head, frames = stream_bytes(script)
+    assert status == 200 and body == head + b"".join(frames)
+    assert headers["X-Engine"] == "stand-in" and headers["Content-Type"] == "text/event-stream"
+    assert reading.requests == {"ok": 1, "error": 0, "client_closed": 0}
+    assert reading.ttft_buckets[-1] == ("+Inf", 1.0)
+    assert reading.ttft_sum == pytest.approx(0.2, abs=0.05)
+    assert reading.gap_buckets[-1] == ("+Inf", float(len(GAPS)))
+    assert reading.gap_sum == pytest.approx(sum(GAPS), abs=0.05 * len(GAPS))
+    assert reading.max_gap_seconds == pytest.approx(max(GAPS), abs=0.05)
+    assert reading.active == 0
+    assert reading.generated_tokens == script.frames
+
+
+def test_a_gap_is_visible_while_it_is_open():
+    script = Script(first_token_seconds=0.05, gaps_seconds=(0.02,) * 5, hang_after_frames=3)
+
+    async def scenario():
+        async with tap_before(StandIn(script)) as (tap, url), aiohttp.ClientSession() as session:
+            async with session.post(url + "/generate", json={"stream": True}) as response:
+                got = b""
+                while got.count(b"\n\n") < 3:
+                    got += await response.content.readany()
+                last_frame = time.monotonic()
+                await asyncio.sleep(0.7)
+                during = await tap.read()
+                open_for = time.monotonic() - last_frame
+            return during, open_for
+
+    during, open_for = asyncio.run(scenario())
+    assert during.active == 1
+    assert during.max_gap_seconds == pytest.approx(open_for, abs=0.05)
+    assert during.max_gap_seconds >= 0.7
+
+
+def test_client_disconnect_aborts_upstream_at_once():
+    script = Script(first_token_seconds=0.02, gaps_seconds=(0.02, 0.02, 30.0, 0.02))
+
+    async def scenario():
+        standin = StandIn(script)
+        async with tap_before(standin) as (tap, url):
+            async with aiohttp.ClientSession() as session, \
+                    session.post(url + "/generate", json={"stream": True}) as response:
+                got = b""
+                while got.count(b"\n\n") < 3:
+                    got += await response.content.readany()
+                await asyncio.sleep(0.1)  # now inside the 30 s gap
+                closed_at = time.monotonic()
+                response.close()  # the agent hangs up
+            for _ in range(40):
+                if standin.aborted_at:
+                    break
+                await asyncio.sleep(0.05)
+            await asyncio.sleep(0.05)
+            return standin, closed_at, await tap.read()
+
+    standin, closed_at, reading = asyncio.run(scenario())
+    assert len(standin.aborted_at) == 1 and standin.finished == 0
+    assert standin.aborted_at[0] - closed_at < 1.0
+    assert reading.requests == {"ok": 0, "error": 0, "client_closed": 1}
+    assert reading.active == 0
+
+
+def test_sixteen_concurrent_streams_stay_intact():
+    scripts = {f"s{i}": Script(shape=("native", "chat", "completions")[i % 3], tag=f"s{i}-",
+                               first_token_seconds=0.01 * i,
+                               gaps_seconds=tuple(0.005 * ((i + k) % 5) for k in range(30)))
+               for i in range(16)}
+
+    async def scenario():
+        async with tap_before(StandIn(scripts=scripts)) as (tap, url), \
+                aiohttp.ClientSession() as session:
+            results = await asyncio.gather(*(
+                stream_through(session, url, s.shape, {"stream": True, "tag": tag})
+                for tag, s in scripts.items()))
+            return results, await tap.read()
+
+    results, reading = asyncio.run(scenario())
+    for (status, _, body), script in zip(results, scripts.values(), strict=True):
+        head, frames = stream_bytes(script)
+        assert status == 200 and body == head + b"".join(frames)
+    assert reading.requests["ok"] == 16 and reading.active == 0
+    assert reading.gap_buckets[-1] == ("+Inf", 16.0 * 30)
+    assert reading.generated_tokens == 16 * 31
+
+
+def test_non_streaming_and_other_paths_pass_through():
+    big = os.urandom(1_000_000)
+
+    async def scenario():
+        async with tap_before(StandIn()) as (tap, url), aiohttp.ClientSession() as session:
+            async with session.post(url + "/v1/chat/completions",
+                                    json={"stream": False}) as response:
+                completion = (response.status, response.headers["X-Engine"],
+                              await response.json())
+            async with session.get(url + "/v1/models") as response:
+                models = await response.json()
+            async with session.put(url + "/echo/a%2Fb/c?x=1&y=%20z",
+                                   headers={"X-Agent": "a1", "Connection": "keep-alive, X-Drop",
+                                            "X-Drop": "hop", "Content-Type": "app/x"},
+                                   data=big) as response:
+                echo = await response.json()
+            async with session.get(url + "/echo/q?status=404") as response:
+                missing = (response.status, await response.json())
+            return completion, models, echo, missing, await tap.read()
+
+    completion, models, echo, missing, reading = asyncio.run(scenario())
+    assert completion == (200, "stand-in", {"id": "n", "object": "chat.completion",
+                                            "choices": [{"message": {"content": "hello"}}]})
+    assert models["data"][0]["id"] == "qwen"
+    assert echo["method"] == "PUT" and echo["raw_path"] == "/echo/a%2Fb/c?x=1&y=%20z"
+    headers = {k.lower(): v for k, v in echo["headers"]}
+    assert headers["x-agent"] == "a1" and headers["content-type"] == "app/x"
+    assert "x-drop" not in headers  # named by Connection: hop-by-hop
+    assert echo["body_sha256"] == hashlib.sha256(big).hexdigest()
+    assert missing[0] == 404 and missing[1]["raw_path"] == "/echo/q?status=404"
+    # Nothing streamed: nothing counted.
+    assert reading.requests == {"ok": 0, "error": 0, "client_closed": 0}
+
+
+def test_error_frame_counts_as_error():
+    async def scenario():
+        standin = StandIn()
+        url = await standin.start()
+        await standin.stop()  # only for a port; replaced by a server that errors mid-stream
+        from aiohttp import web
+
+        async def broken(request: web.Request) -> web.StreamResponse:
+            response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+            await response.prepare(request)
+            await response.write(b'data: {"error": {"message": "KV pool exhausted"}}\n\n'
+                                 b"data: [DONE]\n\n")
+            return response
+
+        app = web.Application()
+        app.router.add_post("/generate", broken)
+        runner = web.AppRunner(app)
+        await runner.setup()
+        await web.TCPSite(runner, "127.0.0.1", standin.port).start()
+        address = f"127.0.0.1:{free_port()}"
+        tap = TapSource(EngineConfig(name="main", url=url, tap_listen_address=address))
+        await tap.start()
+        try:
+            async with aiohttp.ClientSession() as session:
+                body = (await stream_through(session, f"http://{address}", "native"))[2]
+            return body, await tap.read()
+        finally:
+            await tap.close()
+            await runner.cleanup()
+
+    body, reading = asyncio.run(scenario())
+    assert b"KV pool exhausted" in body
+    assert reading.requests == {"ok": 0, "error": 1, "client_closed": 0}
+
+
+def test_upstream_down_gives_502_with_one_line_reason():
+    async def scenario():
+        address = f"127.0.0.1:{free_port()}"
+        dead = f"http://127.0.0.1:{free_port()}"
+        tap = TapSource(EngineConfig(name="main", url=dead, tap_listen_address=address))
+        await tap.start()
+        try:
+            async with aiohttp.ClientSession() as session, \
+                    session.post(f"http://{address}/generate", json={"stream": True}) as r:
+                return r.status, await r.text(), await tap.read()
+        finally:
+            await tap.close()
+
+    status, text, reading = asyncio.run(scenario())
+    assert status == 502
+    assert text.count("\n") == 1 and text.startswith("tap: upstream http://127.0.0.1:")
+    assert "Connect" in text
+    assert reading.requests["error"] == 1
+
+
+def test_upstream_breaking_mid_stream_ends_the_client_stream_with_an_error():
+    async def scenario():
+        from aiohttp import web
+
+        async def dies(request: web.Request) -> web.StreamResponse:
+            response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+            await response.prepare(request)
+            await response.write(b'data: {"meta_info": {"completion_tokens": 1}}\n\n')
+            request.transport.close()  # the engine process dies
+            return response
+
+        app = web.Application()
+        app.router.add_post("/generate", dies)
+        runner = web.AppRunner(app)
+        await runner.setup()
+        port = free_port()
+        await web.TCPSite(runner, "127.0.0.1", port).start()
+        address = f"127.0.0.1:{free_port()}"
+        tap = TapSource(EngineConfig(name="main", url=f"http://127.0.0.1:{port}",
+                                     tap_listen_address=address))
+        await tap.start()
+        try:
+            async with aiohttp.ClientSession() as session:
+                with pytest.raises(aiohttp.ClientPayloadError):
+                    await stream_through(session, f"http://{address}", "native")
+            await asyncio.sleep(0.05)
+            return await tap.read()
+        finally:
+            await tap.close()
+            await runner.cleanup()
+
+    reading = asyncio.run(scenario())
+    assert reading.requests == {"ok": 0, "error": 1, "client_closed": 0}
+    assert reading.active == 0
+
+
+def test_listen_failure_marks_the_tap_down_not_the_exporter():
+    async def scenario():
+        async with tap_before(StandIn()) as (first, url):
+            address = first.config.tap_listen_address
+            second = TapSource(EngineConfig(name="other", url=url, tap_listen_address=address))
+            await second.start()
+            try:
+                with pytest.raises(Exception, match="cannot listen on"):
+                    await second.read()
+            finally:
+                await second.close()
+
+    asyncio.run(scenario())
+
+
+def test_json_of_the_reading_is_plain():
+    from exporter.tap.state import TapState
+
+    reading = TapState().reading("sglang", "main")
+    assert json.loads(json.dumps(reading.__dict__))["max_gap_seconds"] == 0.0

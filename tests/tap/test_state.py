@@ -1,0 +1,68 @@
+"""TapState on simulated time: the 60 s window, open gaps, outcomes, bounded memory."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from exporter.tap.state import WINDOW_SECONDS, TapState
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def chunk(content: str) -> bytes:
+    return b"data: " + json.dumps({"choices": [{"delta": {"content": content}}]}).encode() + b"\n\n"
+
+
+def test_max_gap_holds_for_60_s_then_goes():
+    clock = Clock()
+    state = TapState(clock)
+    stream = state.open(clock.now)
+    for at in (0.3, 0.35, 47.55, 47.6):  # a 47.2 s starvation pause
+        clock.now = 1000.0 + at
+        state.chunk(stream, chunk("x"))
+    state.close(stream, "ok")
+    assert state.max_gap() == pytest.approx(47.2)
+    clock.now += WINDOW_SECONDS - 1.5
+    assert state.max_gap() == pytest.approx(47.2)
+    clock.now += 1.5
+    assert state.max_gap() == pytest.approx(0.0)
+    assert state.requests["ok"] == 1 and state.generated_tokens == 4
+
+
+def test_open_gap_counts_while_open_and_after_the_client_gives_up():
+    clock = Clock()
+    state = TapState(clock)
+    stream = state.open(clock.now)
+    clock.now += 20.0
+    assert state.max_gap() == 0.0  # waiting for the first token is TTFT, not a gap
+    state.chunk(stream, chunk("a"))
+    clock.now += 12.0
+    assert state.max_gap() == pytest.approx(12.0)
+    assert state.reading("sglang", "main").active == 1
+    clock.now += 3.0
+    state.close(stream, "client_closed")
+    clock.now += 10.0
+    reading = state.reading("sglang", "main")
+    assert reading.max_gap_seconds == pytest.approx(15.0)
+    assert reading.requests == {"ok": 0, "error": 0, "client_closed": 1}
+    assert reading.active == 0
+    assert reading.ttft_sum == pytest.approx(20.0)
+
+
+def test_window_memory_is_bounded():
+    clock = Clock()
+    state = TapState(clock)
+    stream = state.open(clock.now)
+    for _ in range(10_000):  # 100 frames/s for 100 s
+        clock.now += 0.01
+        state.chunk(stream, chunk("x"))
+    assert len(state.recent) <= WINDOW_SECONDS + 1
+    assert state.gaps.counts[-1] == 9_999
