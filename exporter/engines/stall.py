@@ -27,6 +27,9 @@ log = logging.getLogger(__name__)
 
 #: rig_engine_decode_stall_max_seconds looks back this far (DESIGN §2).
 MAX_WINDOW_SECONDS = 60.0
+#: Shorter standstills are decode's own cadence (a mixed-chunk batch every 0.5 s, a
+#: slow token rate), not stalls; the alerts start at 2 s (stutter) and 10 s.
+MIN_STALL_SECONDS = 1.0
 
 
 @dataclass(frozen=True)
@@ -39,8 +42,10 @@ class StallState:
 class DecodeStallTracker:
     """The stall state machine. It never reads a clock: every observation says when."""
 
-    def __init__(self, window_seconds: float = MAX_WINDOW_SECONDS, history: int = 512) -> None:
+    def __init__(self, window_seconds: float = MAX_WINDOW_SECONDS, history: int = 512,
+                 min_stall_seconds: float = MIN_STALL_SECONDS) -> None:
         self.window_seconds = window_seconds
+        self.min_stall_seconds = min_stall_seconds
         self._counter: float | None = None  # None: no baseline (start, or after a gap)
         self._moved_at = 0.0  # the last poll at which decode was known not to be stalled
         self._stalled_to: float | None = None  # the last poll of the stall under way
@@ -76,7 +81,10 @@ class DecodeStallTracker:
         return StallState(current, max([current, *recent]), self._finished_seconds + current)
 
     def _current(self) -> float:
-        return 0.0 if self._stalled_to is None else self._stalled_to - self._moved_at
+        if self._stalled_to is None:
+            return 0.0
+        seconds = self._stalled_to - self._moved_at
+        return seconds if seconds >= self.min_stall_seconds else 0.0
 
     def _finish(self, ended_at: float) -> None:
         seconds = self._current()

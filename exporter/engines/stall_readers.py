@@ -14,6 +14,7 @@ the tracker's state machine does not know which one it has. Chosen once at start
 
 from __future__ import annotations
 
+import statistics
 import time
 from collections import defaultdict, deque
 from collections.abc import Awaitable, Callable, Iterable
@@ -90,8 +91,9 @@ class RenderPacer:
     """Spaces /metrics reads so that render time / wall time stays within a budget.
 
     The time to the whole body, measured here, is an upper bound of the engine's
-    render time (it adds loopback transfer). The slowest of the last few is used, so
-    one quick answer does not shorten the spacing.
+    render time (it adds loopback transfer). The median of the last few is used: one
+    answer that waited out a hung event loop says nothing about rendering, and must
+    not blind the tracker for minutes (2 s / 0.018 would be a 111 s interval).
     """
 
     def __init__(self, floor_seconds: float, budget: float = TRACKER_BUDGET,
@@ -106,16 +108,19 @@ class RenderPacer:
     def interval_seconds(self) -> float:
         if not self._recent:
             return self.floor_seconds
-        return max(self.floor_seconds, max(self._recent) / self.budget)
+        return max(self.floor_seconds, statistics.median(self._recent) / self.budget)
 
 
 class MetricsBody:
     """The engine's /metrics body, shared by the tracker and Prometheus' scrapes."""
 
     def __init__(self, fetch: Callable[[], Awaitable[str]],
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic,
+                 timer: Callable[[], float] = time.perf_counter) -> None:
         self._fetch = fetch
         self.clock = clock
+        #: Times each fetch (a simulated engine's render time in tests).
+        self.timer = timer
         self._body: str | None = None
         self._fetched_at = float("-inf")
         #: Called with the seconds each fetch took.
@@ -123,9 +128,9 @@ class MetricsBody:
         self.fetches = 0
 
     async def fresh(self) -> str:
-        started = time.perf_counter()
+        started = self.timer()
         body = await self._fetch()
-        took = time.perf_counter() - started
+        took = self.timer() - started
         self.fetches += 1
         self._body, self._fetched_at = body, self.clock()
         if self.on_fetch is not None:

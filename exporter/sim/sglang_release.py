@@ -311,8 +311,12 @@ class ReleaseServer:
 
     def __init__(self, playback: ReleasePlayback, patience_seconds: float = 2.0,
                  advance: Callable[[float], None] | None = None,
-                 answer_delay_seconds: float = 0.0) -> None:
+                 answer_delay_seconds: float = 0.0,
+                 render_cost_seconds: float = 0.0) -> None:
         self.playback = playback
+        #: On a simulated clock: how long each render holds the engine's event loop
+        #: (the clock moves on by it), e.g. 0.03 s for the 0.5.23 family set.
+        self.render_cost_seconds = render_cost_seconds
         #: Real time each /metrics answer waits before rendering (a loaded engine).
         self.answer_delay_seconds = answer_delay_seconds
         self.patience_seconds = patience_seconds
@@ -349,6 +353,8 @@ class ReleaseServer:
             await asyncio.sleep(self.answer_delay_seconds)
         started = time.perf_counter()
         body = self.playback.render()  # synchronously, in the event loop: as SGLang does
+        if self.advance is not None and self.render_cost_seconds:
+            self.advance(self.render_cost_seconds)
         self.render_seconds += time.perf_counter() - started
         self.renders += 1
         return web.Response(body=body, content_type="text/plain")

@@ -21,6 +21,9 @@ from exporter.sim.sglang_release import ReleasePlayback, ReleaseServer
 
 TICK = 0.25
 MODES = ("files", "metrics")
+#: Each simulated /metrics render holds the engine this long (24-45 ms measured for
+#: the 0.5.23 family set on a 2-core box): the budget spaces polls 1.67 s apart.
+RENDER_COST = 0.03
 
 
 class SimClock:
@@ -55,7 +58,8 @@ def play(version: str, mode: str, seconds: float, events: Events,
     async def scenario() -> Outcome:
         clock = SimClock()
         playback = ReleasePlayback(version, clock=clock, mixed_chunk=mixed_chunk)
-        server = ReleaseServer(playback, patience_seconds=2.0, advance=clock.advance)
+        server = ReleaseServer(playback, patience_seconds=2.0, advance=clock.advance,
+                               render_cost_seconds=RENDER_COST)
         await server.start()
         start = clock.now
         pending = sorted(events.items())
@@ -67,7 +71,7 @@ def play(version: str, mode: str, seconds: float, events: Events,
             else:
                 reader = MetricsReader(
                     MetricsBody(lambda: get_text(session, server.url + "/metrics"),
-                                clock=clock), TICK)
+                                clock=clock, timer=clock), TICK)
             plan = plan_for(version)
             assert plan is not None
 
