@@ -186,8 +186,8 @@ def build(t: Thresholds) -> Dashboard:
         state_timeline(
             "Cards present",
             "Whether each card is on the bus. A card that vanished (driver reset, fallen off"
-            " the bus) keeps its series at 0, so it shows here instead of going blank."
-            + (f" The rig expects {t.gpu_expected_count}." if t.gpu_expected_count else ""),
+            " the bus) keeps its series at 0, so it shows here instead of going blank. Only"
+            " the cards [gpu] cards selects are read (not the Ryzen iGPU, by default).",
             queries((sel("rig_gpu_present"), "{{card}} {{pci_bus}}")),
             mappings=on_off("missing", "present", on_color="green", off_color="red"),
             alerts=("RigGpuMissing",),

@@ -143,13 +143,13 @@ def _families(t: Thresholds) -> list:
             link=GPUS, alerts=("RigGpuPowerCapped",),
         ),
         stat(
-            "GPUs present",
-            "Cards on the bus"
-            + (f"; the rig expects {t.gpu_expected_count}." if t.gpu_expected_count else "."),
+            "GPUs missing",
+            "Cards the rig should have ([gpu] expected_cards, exported as"
+            " rig_gpu_expected_cards) minus the cards on the bus among those read.",
             "none",
-            targets((f"sum({sel('rig_gpu_present')})", "present")),
-            thresholds=(falling_steps(("red", t.gpu_expected_count))
-                        if t.gpu_expected_count else steps()),
+            targets((f"sum({sel('rig_gpu_expected_cards')})"
+                     f" - (sum({sel('rig_gpu_present')} == 1) or vector(0))", "missing")),
+            thresholds=steps(("red", 1)),
             link=GPUS, alerts=("RigGpuMissing",),
         ),
         stat(

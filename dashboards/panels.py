@@ -68,7 +68,8 @@ VARIABLE_SOURCES = {
 TARGET_VARIABLES = ("job", "instance", "rig")
 
 # Series that carry `card` or an engine's `name`, raw or recorded (alerts/rules/common.py).
-_CARD_SERIES = re.compile(r"^(rig_gpu_|card(_sensor)?:)")
+# rig_gpu_expected_cards is per exporter, not per card.
+_CARD_SERIES = re.compile(r"^(rig_gpu_(?!expected_cards$)|card(_sensor)?:)")
 _ENGINE_SERIES = re.compile(r"^(rig_engine_|rig_probe_|rig_stream_|engine(_tier)?:)")
 
 

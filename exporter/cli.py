@@ -40,6 +40,10 @@ FLAGS = (
          "exporter-toolkit web config (YAML): TLS and basic auth; see README"),
     Flag("--sysfs.root", "gpu", "sysfs_root", "root of the sysfs tree to read (default /sys)"),
     Flag("--gpu.backend", "gpu", "backend", "auto | sysfs | pyrsmi | none (default auto)"),
+    Flag("--gpu.cards", "gpu", "cards",
+         "cards to read: discrete | all | PCI addresses, comma-separated (default discrete)"),
+    Flag("--gpu.expected-cards", "gpu", "expected_cards",
+         "cards the rig should have; fewer pages RigGpuMissing; 0 disables (default 2)", int),
     Flag("--proc.root", "host", "proc_root", "root of the procfs tree to read (default /proc)"),
     Flag("--log.level", "log", "level", "debug | info | warning | error (default info)"),
 )

@@ -7,6 +7,7 @@ whose message names the key and the bad value. The CLI prints it and exits 2.
 from __future__ import annotations
 
 import os
+import re
 import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -19,6 +20,8 @@ from exporter.thresholds import Thresholds
 DEFAULT_LISTEN_ADDRESS = "127.0.0.1:9842"
 ENGINE_KINDS = ("sglang", "vllm")
 GPU_BACKENDS = ("auto", "sysfs", "pyrsmi", "none")
+GPU_CARD_SELECTIONS = ("discrete", "all")
+_PCI_ADDRESS = re.compile(r"^[0-9a-f]{4,8}:[0-9a-f]{2}:[01][0-9a-f]\.[0-7]$")
 
 
 class ConfigError(Exception):
@@ -75,6 +78,11 @@ class GpuConfig:
     enabled: bool = True
     backend: str = "auto"
     sysfs_root: str = "/sys"
+    # "discrete" skips the Ryzen's iGPU; "all"; or a tuple of PCI addresses.
+    cards: str | tuple[str, ...] = "discrete"
+    # rig-facts: 2x RX 7900 XTX. Exported as rig_gpu_expected_cards for
+    # RigGpuMissing; 0 disables the count.
+    expected_cards: int = 2
 
 
 @dataclass(frozen=True)
@@ -220,12 +228,34 @@ def _tap_address(key: str, value: object) -> str:
 
 
 def _gpu(t: Mapping[str, Any]) -> GpuConfig:
-    _reject_unknown("gpu", t, {"enabled", "backend", "sysfs_root"})
+    _reject_unknown("gpu", t, set(GpuConfig.__dataclass_fields__))
+    defaults = GpuConfig()
+    expected = t.get("expected_cards", defaults.expected_cards)
+    if isinstance(expected, str) and expected.isdigit():  # from --gpu.expected-cards
+        expected = int(expected)
     return GpuConfig(
         enabled=_bool("gpu.enabled", t.get("enabled", True)),
         backend=_choice("gpu.backend", t.get("backend", "auto"), GPU_BACKENDS),
         sysfs_root=_str("gpu.sysfs_root", t.get("sysfs_root", "/sys")),
+        cards=_gpu_cards(t.get("cards", defaults.cards)),
+        expected_cards=int(_non_negative("gpu.expected_cards", expected, integer=True)),
     )
+
+
+def _gpu_cards(value: object) -> str | tuple[str, ...]:
+    """`discrete`, `all`, or PCI addresses: a TOML list, or comma-separated (the flag)."""
+    if isinstance(value, str) and value in GPU_CARD_SELECTIONS:
+        return value
+    addresses = value.split(",") if isinstance(value, str) else value
+    if not isinstance(addresses, list | tuple) or not addresses:
+        raise ConfigError("gpu.cards", value,
+                          "use discrete, all, or a list of PCI addresses like 0000:03:00.0")
+    normalised = tuple(str(a).strip().lower() for a in addresses)
+    for address in normalised:
+        if not _PCI_ADDRESS.match(address):
+            raise ConfigError("gpu.cards", value,
+                              f"{address!r} is not a PCI address like 0000:03:00.0")
+    return normalised
 
 
 def _host(t: Mapping[str, Any]) -> HostConfig:
@@ -283,8 +313,8 @@ def _positive(key: str, value: object, integer: bool = False) -> float:
     return number
 
 
-def _non_negative(key: str, value: object) -> float:
-    number = _number(key, value)
+def _non_negative(key: str, value: object, integer: bool = False) -> float:
+    number = _number(key, value, integer)
     if number < 0:
         raise ConfigError(key, value, "must be 0 or more")
     return number

@@ -76,7 +76,6 @@ class Thresholds:
     gpu_hot_for_seconds: int = 120
     gpu_power_cap_ratio: float = 0.95
     gpu_power_capped_for_seconds: int = 300
-    gpu_expected_count: int = 2  # rig-facts: 2x RX 7900 XTX; 0 disables
     gpu_missing_for_seconds: int = 60
     # rig-facts: the B850 board runs both slots at x8; narrower is degraded.
     gpu_pcie_min_width_lanes: int = 8

@@ -131,3 +131,31 @@ class TestCommandLine:
     def test_malformed_engine_flag_exits_2(self, capsys: pytest.CaptureFixture[str]) -> None:
         assert main(["--engine", "http://127.0.0.1:30000"]) == 2
         assert "NAME=URL" in capsys.readouterr().err
+
+
+class TestGpuCards:
+    def test_defaults_read_discrete_cards_and_expect_two(self) -> None:
+        gpu = load_config({}).gpu
+        assert (gpu.cards, gpu.expected_cards) == ("discrete", 2)
+
+    @pytest.mark.parametrize(("value", "cards"), [
+        ("all", "all"),
+        (["0000:03:00.0", "0000:0A:00.0"], ("0000:03:00.0", "0000:0a:00.0")),
+        ("0000:03:00.0,0000:0a:00.0", ("0000:03:00.0", "0000:0a:00.0")),
+    ])
+    def test_all_or_pci_addresses(self, value: object, cards: object) -> None:
+        assert load_config({"gpu": {"cards": value}}).gpu.cards == cards
+
+    @pytest.mark.parametrize("value", ["nvidia", ["03:00.0"], [], 2, "0000:03:00.0,card2"])
+    def test_anything_else_names_the_key(self, value: object) -> None:
+        with pytest.raises(ConfigError, match=r"gpu\.cards"):
+            load_config({"gpu": {"cards": value}})
+
+    @pytest.mark.parametrize("value", [-1, 1.5, "two", True])
+    def test_expected_cards_is_a_whole_number(self, value: object) -> None:
+        with pytest.raises(ConfigError, match=r"gpu\.expected_cards"):
+            load_config({"gpu": {"expected_cards": value}})
+
+    def test_flags(self) -> None:
+        config = config_for(["--gpu.cards", "0000:0a:00.0", "--gpu.expected-cards", "1"])
+        assert (config.gpu.cards, config.gpu.expected_cards) == (("0000:0a:00.0",), 1)

@@ -22,11 +22,12 @@ from tests.scrape import free_port, get, names, parse_samples, serving, value
 
 REPO = Path(__file__).resolve().parent.parent
 
-# Every GPU family of DESIGN §2 (counters by their sample name).
+# Every GPU family of DESIGN §2 that a 7900 XTX on kernel 6.6+ fills (counters by their
+# sample name; rig_gpu_energy_joules_total needs firmware that fills the accumulator).
 GPU_FAMILIES = {
-    "rig_gpu_present", "rig_gpu_temperature_celsius", "rig_gpu_temperature_limit_celsius",
-    "rig_gpu_power_watts", "rig_gpu_power_cap_watts", "rig_gpu_power_cap_max_watts",
-    "rig_gpu_energy_joules_total", "rig_gpu_clock_hertz", "rig_gpu_clock_max_hertz",
+    "rig_gpu_present", "rig_gpu_info", "rig_gpu_expected_cards", "rig_gpu_temperature_celsius",
+    "rig_gpu_temperature_limit_celsius", "rig_gpu_power_watts", "rig_gpu_power_cap_watts",
+    "rig_gpu_power_cap_max_watts", "rig_gpu_clock_hertz", "rig_gpu_clock_max_hertz",
     "rig_gpu_busy_ratio", "rig_gpu_memory_busy_ratio", "rig_gpu_vram_used_bytes",
     "rig_gpu_vram_total_bytes", "rig_gpu_fan_rpm", "rig_gpu_pcie_link_speed_transfers_per_second",
     "rig_gpu_pcie_link_width_lanes", "rig_gpu_throttle_active",
@@ -76,6 +77,24 @@ class TestMetrics:
         for source in ("gpu", "host"):
             assert value(samples, "rig_source_up", source=source) == 1
         assert value(samples, "rig_build_info", version="0.1.0") == 1
+
+    def test_cards_read_are_the_discrete_ones_with_their_kind(self, proc_root: Path) -> None:
+        samples = asyncio.run(scrape(exporter_for(SYSFS_FIXTURE, proc_root)))
+        assert value(samples, "rig_gpu_info", card="card1", pci_bus="0000:03:00.0",
+                     device_id="1002:744c", kind="discrete") == 1
+        assert value(samples, "rig_gpu_expected_cards") == 2
+        # The fixture's Ryzen iGPU (card3) is not read by default.
+        assert value(samples, "rig_gpu_present", card="card3", pci_bus="0000:7c:00.0",
+                     unique_id="") is None
+
+    def test_no_cards_at_all_still_says_how_many_are_expected(
+        self, tmp_path: Path, proc_root: Path
+    ) -> None:
+        (tmp_path / "sys" / "class" / "drm").mkdir(parents=True)
+        samples = asyncio.run(scrape(exporter_for(tmp_path / "sys", proc_root)))
+        assert value(samples, "rig_source_up", source="gpu") == 1
+        assert value(samples, "rig_gpu_expected_cards") == 2
+        assert "rig_gpu_present" not in names(samples)
 
     def test_no_colons_and_base_unit_suffixes(self, proc_root: Path) -> None:
         samples = asyncio.run(scrape(exporter_for(SYSFS_FIXTURE, proc_root)))

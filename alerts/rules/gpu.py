@@ -90,18 +90,7 @@ rig_gpu_throttle_active{{reason="power"}} == 1
             " power limit.",
             "Nothing, if the cap was lowered on purpose: rig_gpu_power_cap_watts.",
         ),
-        Alert(
-            "RigGpuMissing",
-            "critical",
-            # A card that vanished keeps its series at 0 (DESIGN §4).
-            "rig_gpu_present == 0",
-            t.gpu_missing_for_seconds,
-            "A GPU has disappeared.",
-            "Card {{ $labels.card }} (PCI {{ $labels.pci_bus }}) on {{ $labels.instance }}"
-            " is no longer present.",
-            missing,
-            signal="vanished",
-        ),
+        *gpu_missing(t, missing),
         Alert(
             "RigGpuPcieDegraded",
             "warning",
@@ -137,19 +126,56 @@ rig_gpu_pcie_link_width_lanes{{kind="current"}}
             signal="width",
         ),
     ]
-    if t.gpu_expected_count:
-        alerts.append(
-            Alert(
-                "RigGpuMissing",
-                "critical",
-                f"count by (job, instance) (rig_gpu_present == 1) < {t.gpu_expected_count}",
-                t.gpu_missing_for_seconds,
-                "A GPU has disappeared.",
-                "Only {{ $value }} of "
-                + str(t.gpu_expected_count)
-                + " GPUs are present on {{ $labels.instance }}.",
-                missing,
-                signal="count",
-            )
-        )
     return alerts
+
+
+# The expected count comes from the exporter's [gpu] expected_cards, exported as
+# rig_gpu_expected_cards (absent when 0): every rig states its own.
+_CARDS_READ = "count by (job, instance) (rig_gpu_present == 1)"
+_CARDS_KNOWN = "count by (job, instance) (rig_gpu_present)"
+_EXPECTED = (
+    '{{ with printf "rig_gpu_expected_cards{instance=%q}" $labels.instance | query }}'
+    "{{ . | first | value }}{{ end }}"
+)
+
+
+def gpu_missing(t: Thresholds, look_first: str) -> list[Alert]:
+    """One page per fault. A card the exporter saw and lost keeps its series at 0
+    (DESIGN §4) and pages with its card label. The count pages only for cards the
+    exporter never saw (none at all, or fewer than expected after a restart):
+    while the known cards, vanished ones included, make up the expected number,
+    a shortfall is already paged card by card."""
+    return [
+        Alert(
+            "RigGpuMissing",
+            "critical",
+            "rig_gpu_present == 0",
+            t.gpu_missing_for_seconds,
+            f"A GPU the exporter was reading has been gone for {dur(t.gpu_missing_for_seconds)}.",
+            "Card {{ $labels.card }} (PCI {{ $labels.pci_bus }}) on {{ $labels.instance }}"
+            " is no longer present.",
+            look_first,
+            signal="vanished",
+        ),
+        Alert(
+            "RigGpuMissing",
+            "critical",
+            f"""
+(
+  {_CARDS_READ}
+  or on(job, instance)
+  rig_gpu_expected_cards * 0
+)
+< on(job, instance) rig_gpu_expected_cards
+unless on(job, instance)
+{_CARDS_KNOWN} >= on(job, instance) rig_gpu_expected_cards
+""",
+            t.gpu_missing_for_seconds,
+            "Fewer GPUs than [gpu] expected_cards have been read for"
+            f" {dur(t.gpu_missing_for_seconds)}, and the missing ones were never seen.",
+            "Only {{ $value }} GPU(s) are read on {{ $labels.instance }}, fewer than the "
+            + _EXPECTED + " its [gpu] expected_cards says.",
+            look_first,
+            signal="count",
+        ),
+    ]

@@ -1,6 +1,8 @@
 """GPU families from a GpuReading.
 
+    rig_gpu_expected_cards 2.0
     rig_gpu_present{card="card1",pci_bus="0000:03:00.0",unique_id="6a3c1f2b9e04d751"} 1.0
+    rig_gpu_info{card="card1",device_id="1002:744c",kind="discrete",pci_bus="0000:03:00.0"} 1.0
     rig_gpu_temperature_celsius{card="card1",sensor="junction"} 88.0
     rig_gpu_temperature_limit_celsius{card="card1",limit="critical",sensor="junction"} 110.0
     rig_gpu_power_watts{card="card1"} 339.0
@@ -8,7 +10,8 @@
     rig_gpu_pcie_link_width_lanes{card="card1",kind="current",port="upstream"} 16.0
     rig_gpu_throttle_active{card="card1",reason="power"} 1.0
 
-A card that vanished keeps only rig_gpu_present 0.
+Only the cards `[gpu] cards` selects are here. A card that vanished keeps only
+rig_gpu_present 0.
 """
 
 from __future__ import annotations
@@ -40,6 +43,9 @@ _CARD_GAUGES = (
 def _(reading: GpuReading) -> Iterable[Metric]:
     present = gauge("gpu_present", "1 while the card is on the bus; 0 once it has vanished.",
                     ["card", "pci_bus", "unique_id"])
+    info = gauge("gpu_info", "A card that is read: its PCI device id and kind "
+                 "(discrete, or integrated: an APU's iGPU).",
+                 ["card", "pci_bus", "device_id", "kind"])
     temperature = gauge("gpu_temperature_celsius", "Temperature by sensor (hwmon temp*_input).",
                         ["card", "sensor"])
     limit = gauge("gpu_temperature_limit_celsius",
@@ -69,6 +75,7 @@ def _(reading: GpuReading) -> Iterable[Metric]:
         present.add_metric([card.card, card.pci_bus, card.unique_id], 1.0 if card.present else 0.0)
         if not card.present:
             continue
+        info.add_metric([card.card, card.pci_bus, card.device_id, card.kind], 1.0)
         c = card.card
         for sensor, value in sorted(card.temperatures_celsius.items()):
             temperature.add_metric([c, sensor], value)
@@ -93,6 +100,10 @@ def _(reading: GpuReading) -> Iterable[Metric]:
             if value is not None:
                 family.add_metric([c], value)
 
+    if reading.expected_cards:
+        expected = gauge("gpu_expected_cards", "Cards the rig should have ([gpu] expected_cards).")
+        expected.add_metric([], reading.expected_cards)
+        yield expected
     yield present
-    yield from non_empty(temperature, limit, energy, clock, clock_max, link_speed, link_width,
+    yield from non_empty(info, temperature, limit, energy, clock, clock_max, link_speed, link_width,
                          throttle, *per_card)

@@ -12,7 +12,7 @@ import errno
 import logging
 import os
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -32,6 +32,13 @@ _LINK_SPEED = re.compile(r"^([\d.]+)\s*GT/s")
 _TEMP_SENSORS = {"edge": "edge", "junction": "junction", "mem": "memory"}
 _TEMP_LIMITS = {"crit": "critical", "emergency": "emergency"}
 _CLOCK_FILES = {"sclk": "pp_dpm_sclk", "mclk": "pp_dpm_mclk"}
+# gpu_metrics format revisions: 1 is the dGPU family (v1_x), 2 and 3 the APU
+# layouts (v2_x, v3_0: "gfx temperature on APUs", kgd_pp_interface.h).
+_DISCRETE_FORMATS, _INTEGRATED_FORMATS = {1}, {2, 3}
+# An APU's VRAM is the BIOS carve-out of system RAM; AM5 boards offer up to a
+# few GiB (inferred from board manuals, not a kernel fact). A 7900 XTX has 24 GiB.
+_CARVE_OUT_MAX_BYTES = 4 * 1024**3
+CARD_SELECTIONS = ("discrete", "all")
 
 
 @dataclass(frozen=True)
@@ -50,6 +57,8 @@ class CardReading:
     pci_bus: str
     unique_id: str
     present: bool = True
+    device_id: str = ""  # vendor:device, e.g. 1002:744c
+    kind: str = "discrete"  # or "integrated"
     temperatures_celsius: dict[str, float] = field(default_factory=dict)
     temperature_limits_celsius: dict[tuple[str, str], float] = field(default_factory=dict)
     power_watts: float | None = None
@@ -101,18 +110,46 @@ def parse_dpm_table(text: str) -> DpmTable:
     return DpmTable(top, current)
 
 
-class AmdgpuSysfs:
-    """Enumerates amdgpu cards and reads them; remembers cards that vanish."""
+def card_kind(metrics_format: int | None, vram_total_bytes: float | None) -> tuple[str, str]:
+    """("discrete" | "integrated", the facts that decided it), from sysfs facts only.
 
-    def __init__(self, root: str | os.PathLike[str]) -> None:
+    Integrated only when every fact at hand says so: a dGPU taken for an iGPU
+    would not be read, which is worse than reading an iGPU.
+    """
+    facts = []
+    if metrics_format in _INTEGRATED_FORMATS:
+        facts.append((True, f"gpu_metrics format {metrics_format}, an APU layout"))
+    elif metrics_format in _DISCRETE_FORMATS:
+        facts.append((False, f"gpu_metrics format {metrics_format}, a dGPU layout"))
+    if vram_total_bytes is not None:
+        carve_out = vram_total_bytes <= _CARVE_OUT_MAX_BYTES
+        facts.append((carve_out, f"{vram_total_bytes / 1024**2:.0f} MiB of VRAM"
+                                 + (", a carve-out" if carve_out else "")))
+    why = "; ".join(reason for _, reason in facts) or "no fact found"
+    integrated = bool(facts) and all(says for says, _ in facts)
+    return ("integrated" if integrated else "discrete"), why
+
+
+class AmdgpuSysfs:
+    """Enumerates amdgpu cards and reads the selected ones; remembers cards that vanish.
+
+    `cards`: "discrete" (the default: skips the Ryzen's iGPU), "all", or PCI addresses.
+    """
+
+    def __init__(self, root: str | os.PathLike[str],
+                 cards: str | Sequence[str] = "discrete") -> None:
         self.root = Path(root)
+        self.cards = cards if isinstance(cards, str) else frozenset(cards)
+        self._kinds: dict[str, tuple[str, str]] = {}  # pci_bus -> (kind, reason)
         self._seen: dict[str, tuple[str, str]] = {}  # card -> (pci_bus, unique_id)
         self._warned: set[tuple[str, str]] = set()
         self._energy: dict[tuple[str, str], EnergyCounter] = {}  # by (pci_bus, unique_id)
 
     def read_cards(self) -> list[CardReading]:
         found = {card: device for card, device in self._enumerate()}
-        readings = [self._read_card(card, device) for card, device in sorted(found.items())]
+        readings = [self._read_card(card, device, kind)
+                    for card, device in sorted(found.items())
+                    if (kind := self._selected_kind(card, device)) is not None]
         for reading in readings:
             self._seen[reading.card] = (reading.pci_bus, reading.unique_id)
         # A card that fell off the bus keeps its series with gpu_present 0, so it
@@ -142,10 +179,33 @@ class AmdgpuSysfs:
         except OSError:
             return False
 
-    def _read_card(self, card: str, device: Path) -> CardReading:
+    def _selected_kind(self, card: str, device: Path) -> str | None:
+        """The card's kind if `cards` selects it, else None (told once)."""
+        pci_bus = os.path.basename(os.path.realpath(device))
+        if pci_bus not in self._kinds:
+            files = _CardFiles(card, device, self._warn)
+            blob = files.binary("gpu_metrics", quiet=True)
+            metrics_format = gpu_metrics.format_revision(blob) if blob else None
+            kind, why = card_kind(metrics_format, files.number("mem_info_vram_total", quiet=True))
+            self._kinds[pci_bus] = (kind, why)
+            if not self._selects(pci_bus, kind):
+                log.info("%s (%s, %s) is %s (%s); not read: [gpu] cards = %s", card, pci_bus,
+                         _device_id(files), kind, why, _describe(self.cards))
+        kind = self._kinds[pci_bus][0]
+        return kind if self._selects(pci_bus, kind) else None
+
+    def _selects(self, pci_bus: str, kind: str) -> bool:
+        if self.cards == "all":
+            return True
+        if self.cards == "discrete":
+            return kind == "discrete"
+        return pci_bus in self.cards
+
+    def _read_card(self, card: str, device: Path, kind: str) -> CardReading:
         files = _CardFiles(card, device, self._warn)
         endpoint = Path(os.path.realpath(device))
-        reading = CardReading(card, endpoint.name, files.text("unique_id") or "")
+        reading = CardReading(card, endpoint.name, files.text("unique_id", quiet=True) or "",
+                              device_id=_device_id(files), kind=kind)
         hwmon = self._hwmon(device)
         if hwmon is not None:
             self._read_hwmon(reading, _CardFiles(card, hwmon, self._warn))
@@ -246,6 +306,17 @@ class AmdgpuSysfs:
         if (card, filename) not in self._warned:
             self._warned.add((card, filename))
             log.warning("%s: %s: %s (reported once)", card, filename, reason)
+
+
+def _device_id(files: _CardFiles) -> str:
+    vendor, device = files.text("vendor", quiet=True), files.text("device", quiet=True)
+    if not vendor or not device:
+        return ""
+    return f"{vendor.lower().removeprefix('0x')}:{device.lower().removeprefix('0x')}"
+
+
+def _describe(cards: str | frozenset[str]) -> str:
+    return cards if isinstance(cards, str) else ", ".join(sorted(cards))
 
 
 class _CardFiles:

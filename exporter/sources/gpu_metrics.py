@@ -84,6 +84,11 @@ def decode(blob: bytes) -> GpuMetrics:
     )
 
 
+def format_revision(blob: bytes) -> int | None:
+    """The header's format revision (1: dGPU layouts, 2 and 3: APU layouts), if any."""
+    return HEADER.unpack_from(blob)[1] if len(blob) >= HEADER.size else None
+
+
 def throttle_reasons(throttle_status: int) -> frozenset[str]:
     """The reason labels whose bits are set; unknown bits count as `other`."""
     return frozenset(

@@ -32,9 +32,10 @@ def test_thresholds_render_into_expressions() -> None:
     assert "rig_engine_decode_stall_max_seconds >= 15\n" in rules
 
 
-def test_no_expected_gpu_count_drops_the_count_rule() -> None:
-    assert "signal: count" in render(Thresholds())
-    assert "signal: count" not in render(Thresholds(gpu_expected_count=0))
+def test_the_gpu_count_rule_reads_the_expected_count_from_the_exporter() -> None:
+    # [gpu] expected_cards lives in the exporter's config, not in a threshold.
+    rules = render(Thresholds())
+    assert "signal: count" in rules and "< on(job, instance) rig_gpu_expected_cards" in rules
 
 
 @given(st.integers(min_value=1, max_value=10 * 86400))

@@ -41,7 +41,7 @@ def test_empty_table_is_the_defaults() -> None:
         ({"kv_usage": 0.9}, "'kv_usage'"),
         ({"kv_usage_ratio": "0.9"}, "kv_usage_ratio"),
         ({"kv_usage_ratio": True}, "True"),
-        ({"gpu_expected_count": 1.5}, "1.5"),
+        ({"gpu_pcie_min_width_lanes": 1.5}, "1.5"),
         ({"kv_usage_ratio": 1.5}, "1.5"),
         ({"cpu_temperature_celsius": -1}, "-1"),
         ({"cpu_temperature_celsius": float("nan")}, "nan"),
@@ -62,10 +62,10 @@ def test_thresholds_are_frozen() -> None:
 def test_the_exporter_and_the_generators_read_the_same_table(tmp_path) -> None:
     config = tmp_path / "rig.toml"
     config.write_text('[[engine]]\nname = "main"\nurl = "http://127.0.0.1:30000"\n\n'
-                      "[thresholds]\ngpu_hot_margin_celsius = 7.5\ngpu_expected_count = 1\n")
+                      "[thresholds]\ngpu_hot_margin_celsius = 7.5\ngpu_pcie_min_width_lanes = 4\n")
     from_file = thresholds_from_config(config)
     assert from_file == load_config(read_config_file(config)).thresholds
-    assert from_file == Thresholds(gpu_hot_margin_celsius=7.5, gpu_expected_count=1)
+    assert from_file == Thresholds(gpu_hot_margin_celsius=7.5, gpu_pcie_min_width_lanes=4)
 
 
 def test_a_config_without_thresholds_gives_the_defaults(tmp_path) -> None:

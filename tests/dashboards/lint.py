@@ -19,7 +19,8 @@ DATASOURCE = {"type": "prometheus", "uid": "${datasource}"}
 MIN_SCHEMA_VERSION = 36
 TARGET_VARIABLES = {"job": "job", "instance": "instance", "rig": "rig"}
 SCOPED_VARIABLES = {"card": "card", "engine": "name"}
-CARD_SERIES = re.compile(r"^(rig_gpu_|card(_sensor)?:)")
+# rig_gpu_expected_cards is per exporter: it has no card label.
+CARD_SERIES = re.compile(r"^(rig_gpu_(?!expected_cards$)|card(_sensor)?:)")
 ENGINE_SERIES = re.compile(r"^(rig_engine_|rig_probe_|rig_stream_|engine(_tier)?:)")
 PANELS_WITH_UNITS = {"timeseries", "stat", "gauge", "bargauge", "heatmap", "state-timeline",
                      "table", "graph", "singlestat"}

@@ -18,7 +18,7 @@ DRAWN = {
     "decode_stall_critical_seconds", "decode_stutter_seconds", "kv_usage_ratio",
     "hicache_host_pool_ratio", "hicache_churn_tokens_per_second", "hicache_l2_hit_ratio",
     "gpu_busy_ratio", "gpu_sclk_ratio", "gpu_junction_margin_celsius",
-    "gpu_hot_margin_celsius", "gpu_power_cap_ratio", "gpu_expected_count",
+    "gpu_hot_margin_celsius", "gpu_power_cap_ratio",
     "gpu_pcie_min_width_lanes", "host_swap_io_bytes_per_second",
     "host_swap_growth_bytes_per_second", "host_memory_available_ratio",
     "host_memory_full_stall_ratio", "cpu_temperature_celsius",

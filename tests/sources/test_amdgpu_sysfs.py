@@ -9,7 +9,14 @@ from pathlib import Path
 
 import pytest
 
-from exporter.sim.amdgpu_sysfs import RIG_CARDS, remove_card, write_rig
+from exporter.sim.amdgpu_sysfs import (
+    FIXTURE_CARDS,
+    OLDER_LAYOUT_CARD,
+    RIG_CARDS,
+    remove_card,
+    write_card,
+    write_rig,
+)
 from exporter.sources.amdgpu_sysfs import AmdgpuSysfs, CardReading
 from exporter.sources.base import SourceError
 from tests.conftest import SYSFS_FIXTURE, card_device, hwmon_dir
@@ -21,14 +28,15 @@ def read(root: Path) -> dict[str, CardReading]:
 
 class TestFixtureTree:
     def test_committed_tree_matches_its_writer(self, tmp_path: Path) -> None:
-        write_rig(tmp_path)
+        write_rig(tmp_path, FIXTURE_CARDS)
         mismatches = []
-        for dirpath, _, filenames in os.walk(SYSFS_FIXTURE):
-            for name in filenames:
-                committed = Path(dirpath) / name
-                fresh = tmp_path / committed.relative_to(SYSFS_FIXTURE)
-                if not fresh.exists() or not filecmp.cmp(committed, fresh, shallow=False):
-                    mismatches.append(str(committed.relative_to(SYSFS_FIXTURE)))
+        for one, other in ((SYSFS_FIXTURE, tmp_path), (tmp_path, SYSFS_FIXTURE)):
+            for dirpath, _, filenames in os.walk(one):
+                for name in filenames:
+                    path = Path(dirpath) / name
+                    twin = other / path.relative_to(one)
+                    if not twin.exists() or not filecmp.cmp(path, twin, shallow=False):
+                        mismatches.append(str(path.relative_to(one)))
         regenerate = "python -m exporter.sim.amdgpu_sysfs tests/fixtures/sys"
         assert mismatches == [], f"stale fixture tree; regenerate with: {regenerate}"
 
@@ -50,10 +58,11 @@ class TestValuesInBaseUnits:
         assert card.temperature_limits_celsius[("junction", "critical")] == 110.0
         assert card.temperature_limits_celsius[("memory", "emergency")] == 113.0
 
-    def test_power_prefers_input_and_falls_back_to_average(self) -> None:
+    def test_power_is_power1_average_on_kernel_6_6(self) -> None:
+        # power1_input is hidden (GPU_INPUT_POWER is EOPNOTSUPP on SMU 13.0.0).
         cards = read(SYSFS_FIXTURE)
-        assert cards["card1"].power_watts == 287.0  # power1_input 287000000 uW
-        assert cards["card2"].power_watts == 339.0  # power1_average 339000000 uW, no input
+        assert cards["card1"].power_watts == 287.0  # power1_average 287000000 uW
+        assert cards["card2"].power_watts == 339.0
         assert cards["card2"].power_cap_watts == 339.0
         assert cards["card2"].power_cap_max_watts == 350.0
 
@@ -61,6 +70,11 @@ class TestValuesInBaseUnits:
         card = read(SYSFS_FIXTURE)["card2"]
         assert card.clocks_hertz == {"sclk": 2.1e9, "mclk": 1.249e9}
         assert card.clock_max_hertz == {"sclk": 2.304e9, "mclk": 1.249e9}
+
+    def test_a_boosting_card_runs_above_its_top_level(self) -> None:
+        card = read(SYSFS_FIXTURE)["card1"]
+        assert card.clocks_hertz["sclk"] == 2.45e9
+        assert card.clock_max_hertz["sclk"] == 2.304e9
 
     def test_busy_vram_and_fan(self) -> None:
         card = read(SYSFS_FIXTURE)["card1"]
@@ -80,14 +94,27 @@ class TestValuesInBaseUnits:
         assert cards["card1"].throttle_reasons == frozenset()
         assert cards["card2"].throttle_reasons == {"power", "thermal_junction"}
 
-    def test_energy_only_where_the_counter_is_valid(self) -> None:
-        cards = read(SYSFS_FIXTURE)
-        assert cards["card1"].energy_joules == 0.0  # the counter starts with the exporter
-        assert cards["card2"].energy_joules is None  # 0: deprecated by newer PMFW
+    def test_no_energy_where_the_firmware_leaves_the_counter_at_zero(self) -> None:
+        assert [c.energy_joules for c in read(SYSFS_FIXTURE).values()] == [None, None]
+
+
+class TestOlderLayout:
+    """card1 as the fixture had it before kernel 6.6: power1_input, a filled counter."""
+
+    @pytest.fixture
+    def older(self, tmp_path: Path) -> Path:
+        write_card(tmp_path, OLDER_LAYOUT_CARD)
+        return tmp_path
+
+    def test_power_prefers_input_and_falls_back_to_average(self, older: Path) -> None:
+        assert read(older)["card1"].power_watts == 287.0  # power1_input, beside 285 W average
+
+    def test_energy_counter_starts_with_the_exporter(self, older: Path) -> None:
+        assert read(older)["card1"].energy_joules == 0.0
 
 
 class TestBrokenInput:
-    def test_truncated_gpu_metrics_loses_only_throttle_and_energy(
+    def test_truncated_gpu_metrics_loses_only_throttle(
         self, sysfs_root: Path, caplog: pytest.LogCaptureFixture
     ) -> None:
         path = card_device(sysfs_root, "card1") / "gpu_metrics"
@@ -131,7 +158,7 @@ class TestBrokenInput:
         (card_device(sysfs_root, "card1") / "pp_dpm_sclk").write_text("\x00\xff garbage\n")
         card = read(sysfs_root)["card1"]
         assert "sclk" not in card.clock_max_hertz
-        assert card.clocks_hertz["sclk"] == 2.25e9  # hwmon freq1_input still reads
+        assert card.clocks_hertz["sclk"] == 2.45e9  # hwmon freq1_input still reads
 
     def test_out_of_range_percentage_is_absent(self, sysfs_root: Path) -> None:
         (card_device(sysfs_root, "card2") / "gpu_busy_percent").write_text("250\n")

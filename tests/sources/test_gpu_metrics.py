@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import ctypes
 import struct
 
 import pytest
@@ -73,3 +74,39 @@ def test_all_ones_fields_are_absent() -> None:
 def test_short_or_unknown_blobs_raise(blob: bytes, message: str) -> None:
     with pytest.raises(GpuMetricsError, match=message):
         decode(blob)
+
+
+u16, u32, u64 = ctypes.c_uint16, ctypes.c_uint32, ctypes.c_uint64
+
+
+class GpuMetricsV13(ctypes.Structure):
+    """`struct gpu_metrics_v1_3` field by field, as kgd_pp_interface.h declares it."""
+
+    _fields_ = [
+        ("structure_size", u16), ("format_revision", ctypes.c_uint8),
+        ("content_revision", ctypes.c_uint8),
+        *((f"temperature_{n}", u16) for n in ("edge", "hotspot", "mem", "vrgfx", "vrsoc",
+                                              "vrmem")),
+        ("average_gfx_activity", u16), ("average_umc_activity", u16),
+        ("average_mm_activity", u16), ("average_socket_power", u16),
+        ("energy_accumulator", u64), ("system_clock_counter", u64),
+        *((f"average_{n}_frequency", u16) for n in ("gfxclk", "socclk", "uclk", "vclk0",
+                                                    "dclk0", "vclk1", "dclk1")),
+        *((f"current_{n}", u16) for n in ("gfxclk", "socclk", "uclk", "vclk0", "dclk0",
+                                          "vclk1", "dclk1")),
+        ("throttle_status", u32), ("current_fan_speed", u16), ("pcie_link_width", u16),
+        ("pcie_link_speed", u16), ("padding", u16), ("gfx_activity_acc", u32),
+        ("mem_activity_acc", u32), ("temperature_hbm", u16 * 4), ("firmware_timestamp", u64),
+        ("voltage_soc", u16), ("voltage_gfx", u16), ("voltage_mem", u16), ("padding1", u16),
+        ("indep_throttle_status", u64),
+    ]
+
+
+@pytest.mark.parametrize(("field", "offset"), [
+    ("temperature_hotspot", 0x06), ("average_socket_power", 0x16),
+    ("energy_accumulator", 0x18), ("system_clock_counter", 0x20),
+    ("average_gfxclk_frequency", 0x28), ("throttle_status", 0x44),
+])
+def test_offsets_match_the_kernel_struct(field: str, offset: int) -> None:
+    assert ctypes.sizeof(GpuMetricsV13) == 120
+    assert getattr(GpuMetricsV13, field).offset == offset

@@ -1,5 +1,7 @@
 """The pyrsmi backend: the real loader on this ROCm-less machine, and a fake rocml
-with pyrsmi's function names and its -1 / 65535 "not supported" conventions."""
+with pyrsmi's function names and its -1 / 65535 "not supported" conventions,
+shaped like pyrsmi 0.x (no package/ctypes modes; rocm_smi's BDFID packing).
+The real pyrsmi 1.1.0 module in both of its modes: test_pyrsmi_modes.py."""
 
 from __future__ import annotations
 

@@ -1,0 +1,74 @@
+"""Which cards are read: the Ryzen iGPU is told apart from the 7900 XTXs by sysfs
+facts, and `[gpu] cards` chooses discrete (the default), all, or PCI addresses."""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from pathlib import Path
+
+import pytest
+
+from exporter.sim.amdgpu_sysfs import FIXTURE_CARDS, RIG_CARDS, RYZEN_IGPU, write_rig
+from exporter.sources.amdgpu_sysfs import AmdgpuSysfs, CardReading
+from tests.conftest import card_device
+
+
+@pytest.fixture
+def rig_with_igpu(tmp_path: Path) -> Path:
+    write_rig(tmp_path, FIXTURE_CARDS)
+    return tmp_path
+
+
+def read(root: Path, cards: object = "discrete") -> dict[str, CardReading]:
+    return {c.card: c for c in AmdgpuSysfs(root, cards=cards).read_cards()}
+
+
+def test_the_default_reads_the_discrete_cards_only(rig_with_igpu: Path) -> None:
+    assert sorted(read(rig_with_igpu)) == ["card1", "card2"]
+
+
+def test_all_reads_the_igpu_too_and_says_what_it_is(rig_with_igpu: Path) -> None:
+    cards = read(rig_with_igpu, "all")
+    assert sorted(cards) == ["card1", "card2", "card3"]
+    assert (cards["card3"].kind, cards["card3"].device_id) == ("integrated", "1002:13c0")
+    assert (cards["card1"].kind, cards["card1"].device_id) == ("discrete", "1002:744c")
+    assert cards["card3"].vram_total_bytes == 512 * 1024 * 1024
+
+
+def test_a_list_of_pci_addresses_reads_exactly_those(rig_with_igpu: Path) -> None:
+    assert sorted(read(rig_with_igpu, ("0000:0a:00.0", "0000:7c:00.0"))) == ["card2", "card3"]
+
+
+def test_kind_comes_from_the_vram_carve_out_when_gpu_metrics_is_unreadable(
+    rig_with_igpu: Path
+) -> None:
+    for spec in (RIG_CARDS[0], RYZEN_IGPU):
+        (card_device(rig_with_igpu, spec.card) / "gpu_metrics").unlink()
+    cards = read(rig_with_igpu, "all")
+    assert (cards["card1"].kind, cards["card3"].kind) == ("discrete", "integrated")
+
+
+def test_the_device_id_alone_decides_nothing(tmp_path: Path) -> None:
+    # A 7900 XTX's device id on a card whose facts say APU is still integrated.
+    write_rig(tmp_path, (dataclasses.replace(RYZEN_IGPU, device_id="0x744c"),))
+    assert read(tmp_path, "all")["card3"].kind == "integrated"
+
+
+def test_facts_that_disagree_keep_the_card_discrete(tmp_path: Path) -> None:
+    # An APU layout header on a card with 24 GiB of VRAM: never drop a real card.
+    write_rig(tmp_path, (dataclasses.replace(RIG_CARDS[0], metrics_revision=(2, 1)),))
+    assert read(tmp_path)["card1"].kind == "discrete"
+
+
+def test_a_skipped_card_is_told_once_and_never_read_again(
+    rig_with_igpu: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    reader = AmdgpuSysfs(rig_with_igpu)
+    with caplog.at_level(logging.INFO):
+        reader.read_cards()
+        (card_device(rig_with_igpu, "card3") / "gpu_metrics").write_bytes(b"")  # not read
+        for _ in range(3):
+            assert sorted(c.card for c in reader.read_cards()) == ["card1", "card2"]
+    told = [r.getMessage() for r in caplog.records if "card3" in r.getMessage()]
+    assert len(told) == 1 and "integrated" in told[0], told
