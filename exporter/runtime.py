@@ -60,6 +60,7 @@ class Exporter:
         self.sources = build_sources(config) if sources is None else sources
         self.runner = SourceRunner(self.sources, config.web.scrape_deadline_seconds)
         self._in_flight: asyncio.Future[Snapshot] | None = None
+        self._rendered: tuple[Snapshot, bytes] | None = None
 
     async def start(self) -> None:
         for source in self.sources:
@@ -95,6 +96,13 @@ class Exporter:
         if self._in_flight is None or self._in_flight.done():
             self._in_flight = asyncio.ensure_future(self.runner.snapshot())
         return await asyncio.shield(self._in_flight)
+
+    async def exposition(self) -> bytes:
+        """The /metrics body. Scrapes that share a snapshot share its rendering too."""
+        snapshot = await self.snapshot()
+        if self._rendered is None or self._rendered[0] is not snapshot:
+            self._rendered = (snapshot, self.render(snapshot))
+        return self._rendered[1]
 
     @staticmethod
     def render(snapshot: Snapshot) -> bytes:

@@ -47,7 +47,7 @@ def make_app(exporter: Exporter) -> web.Application:
 
 async def metrics(request: web.Request) -> web.Response:
     exporter = request.app[EXPORTER_KEY]
-    body = exporter.render(await exporter.snapshot())
+    body = await exporter.exposition()
     return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
 
 
