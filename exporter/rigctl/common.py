@@ -1,11 +1,31 @@
-"""What every rigctl subcommand shares: Nagios-style exit codes and the parser."""
+"""What every rigctl subcommand shares: exit codes, the parser, a small JSON
+HTTP client, and the terminal's colours."""
 
 from __future__ import annotations
 
 import argparse
+import base64
+import json
+import os
+import ssl
 import sys
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TextIO
+from urllib.parse import urlsplit
 
+from exporter.config import DEFAULT_LISTEN_ADDRESS
+
+# Nagios plugin exit codes: a monitoring system can run rigctl as a check.
 EXIT_OK, EXIT_WARNING, EXIT_CRITICAL, EXIT_UNKNOWN = 0, 1, 2, 3
+DEFAULT_EXPORTER = f"http://{DEFAULT_LISTEN_ADDRESS}"
+
+EXIT_CODES = """exit status (as a Nagios plugin):
+  0  ok            1  warning
+  2  critical      3  unknown: bad arguments, the exporter cannot be reached,
+                      or it could judge nothing yet"""
 
 
 class Parser(argparse.ArgumentParser):
@@ -13,3 +33,111 @@ class Parser(argparse.ArgumentParser):
         # argparse exits 2, which a Nagios-style caller would read as "critical".
         self.print_usage(sys.stderr)
         self.exit(EXIT_UNKNOWN, f"{self.prog}: error: {message}\n")
+
+
+def http_url(text: str) -> str:
+    """An argparse type: an http(s) URL, without a trailing slash."""
+    parts = urlsplit(text)
+    if parts.scheme not in ("http", "https") or not parts.netloc:
+        raise argparse.ArgumentTypeError(
+            f"expected an http(s) URL such as http://127.0.0.1:30000, got {text!r}")
+    return text.rstrip("/")
+
+
+def positive(kind: type[int] | type[float]):
+    def parse(text: str) -> int | float:
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+        if value <= 0:
+            raise argparse.ArgumentTypeError(f"must be greater than 0, got {text!r}")
+        return value
+
+    parse.__name__ = kind.__name__  # argparse names the type in its messages
+    return parse
+
+
+class Unreachable(Exception):
+    """A server did not answer usefully; str() names the URL and the reason."""
+
+
+@dataclass(frozen=True)
+class Access:
+    """How to reach an exporter behind `--web.config.file`: basic auth and a CA to trust."""
+
+    user: str | None = None
+    password: str = ""
+    ca_file: str | None = None
+
+    def request(self, url: str) -> urllib.request.Request:
+        request = urllib.request.Request(url)
+        if self.user is not None:
+            token = base64.b64encode(f"{self.user}:{self.password}".encode()).decode()
+            request.add_header("Authorization", f"Basic {token}")
+        return request
+
+    def tls(self) -> ssl.SSLContext | None:
+        return None if self.ca_file is None else ssl.create_default_context(cafile=self.ca_file)
+
+
+NO_ACCESS = Access()
+
+
+def add_access_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--user", metavar="USER",
+                        help="basic-auth user of an exporter behind --web.config.file")
+    parser.add_argument("--password-file", metavar="FILE",
+                        help="the user's password, first line of FILE (default: "
+                             "$RIGCTL_PASSWORD)")
+    parser.add_argument("--ca-file", metavar="FILE",
+                        help="CA certificate that signed the exporter's TLS certificate")
+
+
+def access_from_args(args: argparse.Namespace) -> Access:
+    """The Access the flags ask for; Unreachable when a file cannot be read."""
+    password = os.environ.get("RIGCTL_PASSWORD", "")
+    if args.password_file:
+        try:
+            password = Path(args.password_file).read_text().splitlines()[0]
+        except (OSError, IndexError) as exc:
+            raise Unreachable(f"--password-file {args.password_file}: cannot read a "
+                              f"password ({exc})") from exc
+    if args.ca_file:
+        try:
+            ssl.create_default_context(cafile=args.ca_file)
+        except (OSError, ssl.SSLError) as exc:
+            raise Unreachable(f"--ca-file {args.ca_file}: {exc}") from exc
+    return Access(args.user, password, args.ca_file)
+
+
+def get_json(url: str, timeout: float, access: Access = NO_ACCESS) -> Any:
+    try:
+        with urllib.request.urlopen(access.request(url), timeout=timeout,
+                                    context=access.tls()) as response:
+            return json.load(response)
+    except urllib.error.HTTPError as exc:
+        raise Unreachable(f"{url}: HTTP {exc.code} {exc.reason}") from exc
+    except urllib.error.URLError as exc:
+        raise Unreachable(f"{url}: {exc.reason}") from exc
+    except (OSError, TimeoutError) as exc:
+        raise Unreachable(f"{url}: {exc}") from exc
+    except ValueError as exc:
+        raise Unreachable(f"{url}: not JSON: {exc}") from exc
+
+
+# ANSI colours, only when writing to a terminal.
+COLOURS = {"crit": "\033[1;31m", "warn": "\033[33m", "unknown": "\033[2m", "ok": "\033[32m"}
+RESET = "\033[0m"
+
+
+def is_tty(out: TextIO) -> bool:
+    return hasattr(out, "isatty") and out.isatty()
+
+
+def coloured(text: str, status: str, colour: bool) -> str:
+    return f"{COLOURS.get(status, '')}{text}{RESET}" if colour and status in COLOURS else text
+
+
+def help_formatter(prog: str) -> argparse.HelpFormatter:
+    return argparse.RawDescriptionHelpFormatter(prog, max_help_position=30)
