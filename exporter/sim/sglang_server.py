@@ -121,6 +121,9 @@ DRIVEN: dict[str, Renderer] = {
     "sglang:num_running_reqs": _each(lambda s, _: s.num_running_reqs()),
     "sglang:num_queue_reqs": _each(lambda s, _: s.num_queue_reqs()),
     "sglang:token_usage": _each(lambda s, _: s.kv_usage()),
+    # The KV pool alone (0.5.10 on), which the exporter prefers to token_usage (issue
+    # #7); the simulated engine has no separate Mamba pool, so the two agree.
+    "sglang:full_token_usage": _each(lambda s, _: s.kv_usage()),
     "sglang:max_total_num_tokens": _each(lambda s, _: s.max_total_num_tokens),
     "sglang:cuda_graph_passes_total": _each(_decode_or_prefill),
     "sglang:realtime_tokens_total": _each(lambda s, labels: s.realtime_tokens(labels["mode"])),
@@ -283,14 +286,14 @@ class SimServer:
     async def generate(self, request: web.Request) -> web.StreamResponse:
         """SGLang's native API; SSE frames `data: {json}`, then `data: [DONE]`
         (reference/sglang-metrics.md §7.3)."""
-        with contextlib.suppress(ValueError):
-            body = await request.json()
-            if isinstance(body, dict):
-                self.generate_requests.append(body)
-        return await generation.generate(self.hub, request)
+        body = await generation.read_json(request)
+        if isinstance(body, dict):
+            self.generate_requests.append(body)
+        return await generation.generate(self.hub, request, body)
 
     async def completions(self, request: web.Request) -> web.StreamResponse:
-        return await generation.completions(self.hub, request)
+        return await generation.completions(self.hub, request,
+                                            await generation.read_json(request))
 
     async def _huge(self, request: web.Request) -> web.StreamResponse:
         # Chunked, with no Content-Length to refuse it by: the client must count.
