@@ -42,7 +42,7 @@ def build(t: Thresholds, time_scale: float = 1.0,
           stall_scale: float | None = None) -> dict[str, Any]:
     if time_scale != 1.0 or stall_scale is not None:
         t = scaled_thresholds(t, time_scale, stall_scale)
-    groups = [("rig-recording", recording_rules())]
+    groups = [("rig-recording", recording_rules(t))]
     for group, alerts in (
         ("rig-engine", engine_alerts(t)),
         ("rig-hicache", hicache_alerts(t)),
