@@ -38,7 +38,8 @@ _DISCRETE_FORMATS, _INTEGRATED_FORMATS = {1}, {2, 3}
 # An APU's VRAM is the BIOS carve-out of system RAM; AM5 boards offer up to a
 # few GiB (inferred from board manuals, not a kernel fact). A 7900 XTX has 24 GiB.
 _CARVE_OUT_MAX_BYTES = 4 * 1024**3
-CARD_SELECTIONS = ("discrete", "all")
+# Probed files (power1_input) may be absent, or present and answer -EOPNOTSUPP.
+_NOT_SUPPORTED = (errno.ENOENT, errno.EOPNOTSUPP)
 
 
 @dataclass(frozen=True)
@@ -385,8 +386,8 @@ class _CardFiles:
             return None
 
     def _failed(self, name: str, exc: Exception, quiet: bool) -> None:
-        if isinstance(exc, FileNotFoundError) and quiet:
-            return  # hwmon hides files the ASIC does not support
+        if quiet and isinstance(exc, OSError) and exc.errno in _NOT_SUPPORTED:
+            return  # hwmon hides files the ASIC does not support, or they answer so
         reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
         if isinstance(exc, OSError) and exc.errno in (errno.EPERM, errno.EBUSY, errno.ENODATA):
             reason += " (card suspended or in reset?)"
