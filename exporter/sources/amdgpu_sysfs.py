@@ -187,7 +187,10 @@ class AmdgpuSysfs:
             files = _CardFiles(card, device, self._warn)
             blob = files.binary("gpu_metrics", quiet=True)
             metrics_format = gpu_metrics.format_revision(blob) if blob else None
-            kind, why = card_kind(metrics_format, files.number("mem_info_vram_total", quiet=True))
+            vram = files.number("mem_info_vram_total", quiet=True)
+            kind, why = card_kind(metrics_format, vram)
+            if metrics_format is None and vram is None:
+                return kind if self._selects(pci_bus, kind) else None  # ask again next time
             self._kinds[pci_bus] = (kind, why)
             if not self._selects(pci_bus, kind):
                 log.info("%s (%s, %s) is %s (%s); not read: [gpu] cards = %s", card, pci_bus,

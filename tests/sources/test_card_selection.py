@@ -72,3 +72,14 @@ def test_a_skipped_card_is_told_once_and_never_read_again(
             assert sorted(c.card for c in reader.read_cards()) == ["card1", "card2"]
     told = [r.getMessage() for r in caplog.records if "card3" in r.getMessage()]
     assert len(told) == 1 and "integrated" in told[0], told
+
+
+def test_a_card_with_no_fact_yet_is_read_and_asked_again(rig_with_igpu: Path) -> None:
+    device = card_device(rig_with_igpu, "card3")
+    blob = (device / "gpu_metrics").read_bytes()
+    for name in ("gpu_metrics", "mem_info_vram_total"):
+        (device / name).unlink()
+    reader = AmdgpuSysfs(rig_with_igpu)
+    assert "card3" in {c.card for c in reader.read_cards()}  # nothing says APU: read it
+    (device / "gpu_metrics").write_bytes(blob)  # the facts become readable
+    assert "card3" not in {c.card for c in reader.read_cards()}
