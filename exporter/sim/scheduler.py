@@ -6,16 +6,26 @@ API (for scenarios, `rigctl bench`, the e2e tests):
     from exporter.sim.scheduler import Policy, Scheduler
     sched = Scheduler(Policy.named("n=1"), start=0.0)  # Policy(max_consecutive_prefill_batches=1)
     a = sched.submit(65536, max_new_tokens=4000, cached={"device": 65535}, at=0.0)
-    b = sched.submit(65536, max_new_tokens=1, at=5.0)      # a fresh 64K prompt
-    sched.run_until(60.0)                                   # every batch that ends by t=60
-    a.longest_gap(), b.ttft                                 # simulated seconds
-    sched.counters.decode_batches                           # what /metrics reports
-    sched.next_event_time()                                 # when something next happens
+    b = sched.submit(65536, max_new_tokens=1, at=5.0)  # a fresh 64K prompt
+    sched.run_until(60.0)                               # every batch that ends by t=60
+    a.longest_gap(), b.ttft, a.token_times              # simulated seconds
+    sched.counters.decode_batches                       # what /metrics reports
+    sched.next_event_time()                             # when something next happens
+    starvation_experiment(Policy.named("mixed-chunk"))  # the owner's experiment
 
-Time is simulated: the caller says how far to run, so a 50 s prefill costs no real time.
-The server maps its clock onto it (with a time-scale factor). Listeners added with
-`add_listener` hear every token as it is emitted (`on_token(request, time)`), every
-finished or aborted request (`on_finish`) and every batch (`on_batch`), in time order.
+Through the simulated engine and its server (the usual way):
+
+    state = SimEngine(policy=Policy.named("n=4"), time_scale=20)  # or clock=fake_clock
+    request = state.submit(65536, 1)        # no client; or POST /generate, /v1/completions
+    state.set_policy(...), state.pause_decode(s), state.wedged = True, state.restart()
+    state.add_listener(listener)            # on_token / on_finish / on_batch, kept on restart
+
+Time is simulated: the caller says how far to run, so a 50 s prefill costs no real
+time; `SimEngine` runs the scheduler up to its clock whenever it is read. Listeners
+hear every token as it is emitted (`on_token(request, time)`), every finished or
+aborted request (`on_finish`) and every batch (`on_batch`), in time order. Policies
+by name: `default`, `mixed-chunk`, `n=<N>`, `interval=<k>`. Finished requests stay
+in `Scheduler.requests` (the newest `KEEP_FINISHED`).
 
 The mechanics follow SGLang 0.5.23 (read in the wheel, `managers/scheduler.py`):
 - prefill first: a waiting prompt runs before the next decode batch, all its chunks
@@ -44,6 +54,8 @@ from enum import StrEnum
 from typing import Protocol
 
 TIERS = ("device", "host", "storage")  # SGLang's cache_source values: L1, L2, L3
+#: Finished or aborted requests kept in `Scheduler.requests` for inspection.
+KEEP_FINISHED = 256
 
 
 class BatchKind(StrEnum):
@@ -263,6 +275,7 @@ class Scheduler:
         self.frozen = False
         self._listeners: list[Listener] = []
         self._ids = itertools.count(1)
+        self._done: deque[str] = deque()  # finished rids, oldest first, to forget
         self._consecutive_prefills = 0
         self._decode_owed = 0
         #: Gauges as the scheduler last reported them: on each prefill batch, every
@@ -526,6 +539,9 @@ class Scheduler:
     def _finished(self, request: Request) -> None:
         for listener in self._listeners:
             listener.on_finish(request, request.finished_at or self.now)
+        self._done.append(request.rid)
+        while len(self._done) > KEEP_FINISHED:  # a long demo must not grow without bound
+            self.requests.pop(self._done.popleft(), None)
 
     def _report_gauges(self) -> None:
         self.reported_running = len(self.running)
@@ -553,7 +569,8 @@ class StarvationResult:
     a_max_gap_seconds: float
     b_ttft_seconds: float
     a_tokens_per_second_before_b: float
-    a_tokens_per_second_during_b: float
+    a_tokens_per_second_during_b: float  # from B's send to B's first token
+    a_tokens_per_second_during_b_prefill: float  # from B's first chunk to its first token
 
 
 def starvation_experiment(policy: Policy, context_tokens: int = 65536,
@@ -572,28 +589,33 @@ def starvation_experiment(policy: Policy, context_tokens: int = 65536,
     end = b.token_times[0]
     before = [t for t in a.token_times if t <= b_at]
     during = [t for t in a.token_times if b_at < t <= end]
+    prefill = [t for t in during if t > b.admitted_at]
     return StarvationResult(
         policy.name, a.longest_gap(), b.ttft or 0.0,
         (len(before) - 1) / (before[-1] - before[0]) if len(before) > 1 else 0.0,
-        len(during) / (end - b_at))
+        len(during) / (end - b_at), len(prefill) / (end - b.admitted_at))
 
 
 def calibration_table(timings: Timings | None = None) -> list[tuple[str, float, float,
-                                                                   float, float]]:
-    """(policy, target gap, simulated gap, target TTFT, simulated TTFT) per setting."""
+                                                                   float, float, float]]:
+    """Per setting: (policy, target gap, simulated gap, target TTFT, simulated TTFT,
+    A's simulated tokens/s while B prefills)."""
     rows = []
     for name, (gap, ttft) in STARVATION_TABLE.items():
         result = starvation_experiment(Policy.named(name), timings=timings)
-        rows.append((name, gap, result.a_max_gap_seconds, ttft, result.b_ttft_seconds))
+        rows.append((name, gap, result.a_max_gap_seconds, ttft, result.b_ttft_seconds,
+                     result.a_tokens_per_second_during_b_prefill))
     return rows
 
 
 def main() -> None:
-    print(f"{'policy':<12} {'A gap target':>12} {'simulated':>9} {'err':>6}   "
-          f"{'B TTFT target':>13} {'simulated':>9} {'err':>6}")
-    for name, gap, sim_gap, ttft, sim_ttft in calibration_table():
-        print(f"{name:<12} {gap:>12.2f} {sim_gap:>9.2f} {sim_gap / gap - 1:>+6.1%}   "
-              f"{ttft:>13.2f} {sim_ttft:>9.2f} {sim_ttft / ttft - 1:>+6.1%}")
+    """Print the calibration table against rig-facts.md's "Decode starvation"."""
+    print(f"| policy | A's max gap: owner | model | error | B's TTFT: owner | model | error "
+          f"| A tok/s while B prefills |\n|{'---|' * 8}")
+    for name, gap, sim_gap, ttft, sim_ttft, during in calibration_table():
+        print(f"| {name} | {gap:.2f} s | {sim_gap:.2f} s | {sim_gap / gap - 1:+.1%} "
+              f"| {ttft:.2f} s | {sim_ttft:.2f} s | {sim_ttft / ttft - 1:+.1%} "
+              f"| {during:.1f} |")
 
 
 if __name__ == "__main__":

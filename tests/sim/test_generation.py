@@ -1,7 +1,7 @@
 """/generate and /v1/completions served by the scheduler, over real loopback HTTP.
 
-Simulated time runs 50x real time here, so the owner's 64K starvation experiment
-takes about a second. Timing assertions compare each frame's arrival with the
+Simulated time runs 50x real time here (10x where real gaps are measured), so the
+owner's 64K starvation experiment takes about a second. Timing assertions compare each frame's arrival with the
 simulated time at which the scheduler emitted that token, with a generous bound for
 a loaded machine.
 """
@@ -66,11 +66,13 @@ def test_starvation_shows_in_the_stream(policy):
 
 
 def test_frames_leave_when_the_scheduler_emits_them():
+    scale = 10.0  # the 10 s pause lasts 1 s of real time, well above a busy loop's jitter
+
     async def scenario():
-        state = SimEngine(time_scale=SCALE)
+        state = SimEngine(time_scale=scale)
         async with running_sim(state) as server, aiohttp.ClientSession() as session:
             async def paused():
-                await asyncio.sleep(1.0 / SCALE)
+                await asyncio.sleep(1.0 / scale)
                 state.pause_decode(10.0)
             pause = asyncio.create_task(paused())
             seen = await frames(session, server.url + "/generate", generate_body(100, 400))
@@ -85,7 +87,7 @@ def test_frames_leave_when_the_scheduler_emits_them():
     assert request.longest_gap() == pytest.approx(10.0, abs=0.05)
     # Real gaps between frames, in simulated seconds: the pause is there, at its place.
     arrivals = [t for t, f in seen if "meta_info" in f]
-    real_gaps = [(b - a) * SCALE for a, b in zip(arrivals, arrivals[1:], strict=False)]
+    real_gaps = [(b - a) * scale for a, b in zip(arrivals, arrivals[1:], strict=False)]
     longest = max(range(len(real_gaps)), key=real_gaps.__getitem__)
     assert real_gaps[longest] == pytest.approx(10.0, abs=2.5)
     assert longest == max(range(len(request.gaps())), key=request.gaps().__getitem__)

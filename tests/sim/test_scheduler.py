@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from exporter.sim.scheduler import (
+    KEEP_FINISHED,
     STARVATION_TABLE,
     BatchKind,
     Phase,
@@ -208,3 +209,27 @@ def test_bad_requests_are_refused():
         sched.submit(10, 1, cached={"device": 10})
     with pytest.raises(ValueError):
         sched.submit(10, 1, cached={"L9": 1})
+
+
+def test_decode_rounds_after_each_prefill_batch_reproduce_the_owners_other_run():
+    # rig-facts: "A kept 15.4 tok/s, B's TTFT was 65.4 s, the longest pause was 4.0 s".
+    result = starvation_experiment(Policy.named("interval=60"))
+    assert result.a_tokens_per_second_during_b_prefill == pytest.approx(15.4, rel=0.10)
+    assert result.a_max_gap_seconds == pytest.approx(4.0, rel=0.10)
+    assert result.b_ttft_seconds == pytest.approx(65.4, rel=0.15)  # model: 59.1 s
+
+
+def test_n1_and_mixed_give_a_one_token_per_chunk():
+    for policy in ("n=1", "mixed-chunk"):
+        result = starvation_experiment(Policy.named(policy))
+        # 16 or 17 chunks in B's ~47 s prefill: about one token for A per chunk.
+        assert 0.3 <= result.a_tokens_per_second_during_b_prefill <= 0.4
+
+
+def test_finished_requests_are_forgotten_past_a_bound():
+    sched = Scheduler()
+    requests = [sched.submit(10, 1) for _ in range(KEEP_FINISHED + 10)]
+    sched.run_until(60.0)
+    assert all(r.done for r in requests)
+    assert len(sched.requests) == KEEP_FINISHED
+    assert requests[-1].rid in sched.requests and requests[0].rid not in sched.requests
