@@ -39,7 +39,9 @@ def build(t: Thresholds) -> Dashboard:
     gap_steps = steps(
         ("orange", t.decode_stutter_seconds), ("red", t.decode_stall_critical_seconds)
     )
-    gaps = Section("Token gaps", [
+    # One column of full-width panels: every gap view, the stall tracker, decode
+    # batches and the queue line up on the same time axis.
+    gaps = Section("Token gaps, decode and queue on one time axis", [
         timeseries(
             "Longest token gap: probe, stream tap, stall tracker",
             "The longest wait for a token, as each view sees it: the stream probe's longest"
@@ -65,6 +67,7 @@ def build(t: Thresholds) -> Dashboard:
             target(f"sum by (le) ({rate('rig_probe_token_gap_seconds_bucket', fn='increase')})",
                    "{{le}}", fmt="heatmap"),
             alerts=("RigDecodeStuttering",),
+            w=24, h=6,
         ),
         heatmap(
             "Stream tap token gaps",
@@ -72,6 +75,7 @@ def build(t: Thresholds) -> Dashboard:
             " by bucket (10 ms … 120 s). Empty unless the tap is on and agents use it.",
             target(f"sum by (le) ({rate('rig_stream_token_gap_seconds_bucket', fn='increase')})",
                    "{{le}}", fmt="heatmap"),
+            w=24, h=6,
         ),
         timeseries(
             "Stall tracker: stall under way and its resolution",
@@ -85,6 +89,7 @@ def build(t: Thresholds) -> Dashboard:
             ),
             thresholds=gap_steps,
             alerts=("RigDecodeStarvation",),
+            w=24, h=6,
         ),
         timeseries(
             "Share of time decode stood still",
@@ -92,10 +97,8 @@ def build(t: Thresholds) -> Dashboard:
             " progress while requests were running.",
             "percentunit",
             targets((rate("rig_engine_decode_stalled_seconds_total"), "{{name}}")),
-            min_value=0,
+            min_value=0, w=24, h=6,
         ),
-    ])
-    scheduler = Section("Scheduler", [
         timeseries(
             "Decode batches/s",
             "Decode forward passes per second (SGLang's cuda_graph_passes_total, decode"
@@ -104,42 +107,60 @@ def build(t: Thresholds) -> Dashboard:
             "ops",
             targets((rate("rig_engine_decode_batches_total"), "{{name}}")),
             alerts=("RigDecodeStarvation",),
+            w=24, h=6,
         ),
         timeseries(
             "Running and queued requests",
             "Requests in the running batch and waiting in the queue. Queued while one request"
             " keeps running is head-of-line blocking; queued with nothing running and no"
-            " decode batch is a wedged scheduler.",
+            " decode batch is a wedged scheduler. Streams through the tap are the agents'"
+            " requests in flight as they see them (when the tap is on).",
             "short",
             targets(
                 (sel("rig_engine_running_requests"), "{{name}} running"),
                 (sel("rig_engine_queued_requests"), "{{name}} queued"),
+                (sel("rig_stream_active"), "{{name}} streams through the tap"),
             ),
             alerts=("RigQueueHeadOfLine", "RigDecodeStarvation"),
+            w=24, h=6,
         ),
+    ])
+    engine = Section("Engine", [
         timeseries(
             "Tokens/s: generated, probe decode speed",
-            "Generated tokens per second over all requests, and the decode speed of the"
-            " last probe (its tokens over its decode time).",
+            "Generated tokens per second over all requests, the decode speed of the last"
+            " probe (its tokens over its decode time), and tokens per second streamed"
+            " through the tap.",
             "short",
             targets(
                 (rate("rig_engine_generation_tokens_total"), "{{name}} generated"),
                 (sel("rig_probe_decode_tokens_per_second"), "{{name}} probe decode"),
+                (rate("rig_stream_generated_tokens_total"), "{{name}} through the tap"),
             ),
-            axis_label="tokens/s",
+            axis_label="tokens/s", w=8,
         ),
         state_timeline(
             "Engine reachable, probe served",
-            "Whether the exporter could read each engine's /metrics (source engine/<name>)"
-            " and whether the last stream probe finished in time with tokens. A reachable"
-            " engine whose probe fails is wedged.",
+            "Whether the exporter could read each engine's /metrics (engine/<name>), its"
+            " probe ran (probe/<name>) and its stream tap is serving (tap/<name>), and whether"
+            " the last stream probe finished in time with tokens. A reachable engine whose"
+            " probe fails is wedged.",
             targets(
-                (sel("rig_source_up", 'source=~"(engine|probe)/.+"'), "{{source}} reachable"),
+                (sel("rig_source_up", 'source=~"(engine|probe|tap)/.+"'), "{{source}} up"),
                 (sel("rig_probe_success"), "{{name}} probe served"),
             ),
             mappings=on_off("down", "up", on_color="green", off_color="red"),
             alerts=("RigEngineDown", "RigEngineWedged"),
-            w=12,
+            w=8,
+        ),
+        timeseries(
+            "Stream tap requests by outcome",
+            "Streamed requests through the tap per second, by outcome: ok, error (the"
+            " engine failed or refused), client_closed (the agent hung up first).",
+            "reqps",
+            targets((f"sum by (job, instance, rig, name, outcome) "
+                     f"({rate('rig_stream_requests_total')})", "{{name}} {{outcome}}")),
+            w=8,
         ),
     ])
     latency = Section("Latency", [
@@ -169,7 +190,7 @@ def build(t: Thresholds) -> Dashboard:
         UIDS["decode"],
         "Token gaps from the stream tap, the probe and the stall tracker, on one time axis"
         " with decode batches and the scheduler's queue; TTFT and ITL quantiles.",
-        [gaps, scheduler, latency],
+        [gaps, engine, latency],
     )
 
 

@@ -5,9 +5,11 @@
     python -m dashboards.generate --config rig.toml --out DIR
                                                         # the rig's own [thresholds]
 
+Exit status: 0 done, 1 stale (`--check`), 2 a bad config file.
+
 Each `<name>.dashboard.py` defines `build(thresholds) -> Dashboard` (and, for
 grafanalib's own `generate-dashboards`, `dashboard = build(Thresholds())`); its
-JSON is written beside it as `<name>.json`, with the serialisation grafanalib's
+JSON is written beside it as `<name>.json` (or into `--out`), with the serialisation grafanalib's
 `_gen.write_dashboard` uses (sorted keys, indent 2), so the output is stable.
 """
 
@@ -23,8 +25,7 @@ from typing import Any
 
 from grafanalib._gen import DashboardEncoder
 
-from exporter.config import ConfigError, load_config, read_config_file
-from exporter.thresholds import Thresholds
+from exporter.thresholds import Thresholds, thresholds_from_config
 
 DASHBOARDS_DIR = Path(__file__).parent
 SUFFIX = ".dashboard.py"
@@ -55,13 +56,6 @@ def render(source: Path, t: Thresholds) -> str:
     return json.dumps(build(source, t), sort_keys=True, indent=2) + "\n"
 
 
-def thresholds_from(config_file: str | None) -> Thresholds:
-    """The `[thresholds]` of a rig's config file, or the defaults."""
-    if config_file is None:
-        return Thresholds()
-    return load_config(read_config_file(config_file)).thresholds
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--check", action="store_true", help="fail if any JSON is stale")
@@ -71,8 +65,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="where to write the JSON (default: beside the sources)")
     args = parser.parse_args(argv)
     try:
-        t = thresholds_from(args.config)
-    except (OSError, ConfigError) as exc:
+        t = thresholds_from_config(args.config) if args.config else Thresholds()
+    except ValueError as exc:
         print(f"dashboards.generate: {exc}", file=sys.stderr)
         return 2
     stale = []

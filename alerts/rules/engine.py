@@ -29,12 +29,17 @@ def engine_alerts(t: Thresholds) -> list[Alert]:
         Alert(
             "RigDecodeStarvation",
             "critical",
-            # The stall tracker (4 Hz) and the probe see single long gaps; the
-            # ITL histogram spreads a gap over the tokens after it (sglang-metrics §5).
+            # The tap, the stall tracker (4 Hz) and the probe see single long gaps;
+            # the ITL histogram spreads a gap over the tokens after it (sglang-metrics
+            # §5). The tap comes first: where it fires, its value (what the agents
+            # waited) is the one reported.
             f"""
+max_over_time(rig_stream_max_token_gap_seconds[{longest}])
+and rig_stream_max_token_gap_seconds >= {stall}
+or on({ENGINE})
 max_over_time(rig_engine_decode_stall_max_seconds[{longest}])
 and rig_engine_decode_stall_max_seconds >= {stall}
-or
+or on({ENGINE})
 max_over_time(rig_probe_max_token_gap_seconds[{longest}])
 and rig_probe_max_token_gap_seconds >= {stall}
 """,
@@ -43,18 +48,25 @@ and rig_probe_max_token_gap_seconds >= {stall}
             f" held {dur(t.decode_starvation_for_seconds)}.",
             ENGINE_SUBJECT + " went up to {{ $value | humanizeDuration }} without decoding a"
             f" token (longest stall in the last {longest}, alert at {stall}s;"
-            " stall tracker or stream probe).",
+            " stream tap, stall tracker or stream probe).",
             "Is a long prompt prefilling? rig_engine_queued_requests and the engine log's"
             " prefill lines.",
         ),
         Alert(
             "RigDecodeStuttering",
             "warning",
-            # decode_stall_max_seconds is the longest stall of the last 60 s,
-            # so a 1m subquery step counts each minute with a stall once.
+            # Both maxima cover the last 60 s, so a 1m subquery step counts each
+            # minute with a stall once. The tap's gap, where it has one, is preferred;
+            # `max by` drops the metric name so the minutes of both count as one series.
             f"""
 count_over_time(
-  (rig_engine_decode_stall_max_seconds >= {stutter_lo} < {stall})[{stutter_window}:1m]
+  (
+    max by ({ENGINE}) (
+      rig_stream_max_token_gap_seconds >= {stutter_lo} < {stall}
+      or on({ENGINE})
+      rig_engine_decode_stall_max_seconds >= {stutter_lo} < {stall}
+    )
+  )[{stutter_window}:1m]
 ) >= {t.decode_stutter_count}
 """,
             t.decode_stutter_for_seconds,

@@ -42,6 +42,8 @@ GAUGES: dict[str, set[str]] = {
     "rig_probe_ttft_seconds": ENGINE,
     "rig_probe_max_token_gap_seconds": ENGINE,
     "rig_probe_decode_tokens_per_second": ENGINE,
+    "rig_stream_max_token_gap_seconds": ENGINE,
+    "rig_stream_active": ENGINE,
     "rig_gpu_present": CARD | {"pci_bus", "unique_id"},
     "rig_gpu_info": CARD | {"pci_bus", "device_id", "kind"},
     "rig_gpu_expected_cards": set(),
@@ -78,6 +80,8 @@ COUNTERS: dict[str, set[str]] = {
     "rig_engine_retracted_requests_total": ENGINE,
     "rig_engine_decode_batches_total": ENGINE,
     "rig_engine_decode_stalled_seconds_total": ENGINE,
+    "rig_stream_requests_total": ENGINE | {"outcome"},
+    "rig_stream_generated_tokens_total": ENGINE,
     "rig_gpu_energy_joules_total": CARD,
     "rig_host_swap_in_bytes_total": set(),
     "rig_host_swap_out_bytes_total": set(),
@@ -87,6 +91,8 @@ HISTOGRAMS: dict[str, set[str]] = {
     "rig_engine_time_to_first_token_seconds": ENGINE,
     "rig_engine_inter_token_latency_seconds": ENGINE,
     "rig_probe_token_gap_seconds": ENGINE,
+    "rig_stream_ttft_seconds": ENGINE,
+    "rig_stream_token_gap_seconds": ENGINE,
 }
 # Recording-rule levels (alerts/rules/common.py docstring) -> labels kept.
 LEVELS: dict[str, set[str]] = {

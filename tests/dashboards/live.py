@@ -5,7 +5,8 @@ the real Prometheus, all on loopback, all torn down on exit.
   its own event loop; a ticker moves its counters (prompt tokens, cache hits per
   tier, HiCache movement, L3, retractions) so that rates are not flat.
 - The two-card amdgpu sysfs tree and the /proc files come from exporter/sim.
-- `rig-exporter` runs as a subprocess reading all three, with the stream probe on.
+- `rig-exporter` runs as a subprocess reading all three, with the stream probe on
+  and the stream tap in front of the engine; an agent streams through the tap.
 - `prometheus` (Debian's 2.42) scrapes it every second with the target label
   `rig="sim"` and evaluates the committed `alerts/rig-rules.yaml` every second.
 """
@@ -15,7 +16,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -23,9 +23,11 @@ import threading
 import time
 import urllib.parse
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Coroutine, Iterator
 from pathlib import Path
 from typing import Any
+
+import aiohttp
 
 from alerts.generate import RULES_PATH
 from exporter.sim.amdgpu_sysfs import write_rig
@@ -95,13 +97,17 @@ class SimThread:
         self.server = SimServer(engine)
         self.loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self.loop.run_forever, daemon=True)
-        self._ticker: asyncio.Task | None = None
+        self._tasks: list[asyncio.Task] = []
 
     def start(self) -> str:
         self._thread.start()
         url = self.call(self.server.start)
-        self._ticker = self.call(self._start_ticker)
+        self._tasks.append(self.call(lambda: self._spawn(self._tick())))
         return url
+
+    def start_agent(self, tap_url: str) -> None:
+        """One agent streaming `/generate` requests through the stream tap, back to back."""
+        self._tasks.append(self.call(lambda: self._spawn(self._agent(tap_url))))
 
     def call(self, fn: Callable[[], Any]) -> Any:
         """Run `fn` (a plain function or a coroutine function) on the server's loop."""
@@ -110,8 +116,8 @@ class SimThread:
             return await result if asyncio.iscoroutine(result) else result
         return asyncio.run_coroutine_threadsafe(run(), self.loop).result(timeout=30)
 
-    async def _start_ticker(self) -> asyncio.Task:
-        return asyncio.get_running_loop().create_task(self._tick())
+    def _spawn(self, work: Coroutine[Any, Any, None]) -> asyncio.Task:
+        return self.loop.create_task(work)
 
     async def _tick(self) -> None:
         while True:
@@ -119,25 +125,48 @@ class SimThread:
             observe(self.server.blocks, 20, 0.5)
             await asyncio.sleep(0.5)
 
+    async def _agent(self, tap_url: str) -> None:
+        request = {"text": "hello", "stream": True,
+                   "sampling_params": {"max_new_tokens": 24, "ignore_eos": True}}
+        async with aiohttp.ClientSession() as session:
+            while True:
+                try:
+                    async with session.post(f"{tap_url}/generate", json=request) as response:
+                        await response.read()
+                except aiohttp.ClientError:
+                    pass  # the tap not listening yet, or going away at the end
+                await asyncio.sleep(0.2)
+
     def stop(self) -> None:
-        if self._ticker is not None:
-            self.loop.call_soon_threadsafe(self._ticker.cancel)
+        for task in self._tasks:
+            self.loop.call_soon_threadsafe(task.cancel)
         with contextlib.suppress(Exception):
             self.call(self.server.stop)
         self.loop.call_soon_threadsafe(self.loop.stop)
         self._thread.join(timeout=10)
 
 
-def _wait_http(url: str, process: subprocess.Popen, timeout: float) -> None:
+def _log_tail(log: Path) -> str:
+    return "\n".join(log.read_text(errors="replace").splitlines()[-20:]) if log.exists() else ""
+
+
+def _wait_http(url: str, process: subprocess.Popen, log: Path, timeout: float) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        assert process.poll() is None, f"{process.args[0]} exited with {process.returncode}"
+        assert process.poll() is None, (
+            f"{process.args[0]} exited with {process.returncode}:\n{_log_tail(log)}")
         try:
             with urllib.request.urlopen(url, timeout=2):
                 return
         except OSError:
             time.sleep(0.2)
-    raise AssertionError(f"{url} did not answer within {timeout} s")
+    raise AssertionError(f"{url} did not answer within {timeout} s:\n{_log_tail(log)}")
+
+
+def _spawn(args: list[str], log: Path) -> subprocess.Popen:
+    """Start `args` with its stderr in `log` (the child keeps its own copy of the fd)."""
+    with log.open("w") as stderr:
+        return subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=stderr)
 
 
 def _stop(process: subprocess.Popen) -> None:
@@ -154,7 +183,8 @@ class Stack:
     """Handles to the running stack, and Prometheus' HTTP API."""
 
     def __init__(self, sim: SimThread, sysfs_root: Path, proc_root: Path,
-                 exporter_url: str, prometheus_url: str) -> None:
+                 exporter_url: str, prometheus_url: str, logs: list[Path]) -> None:
+        self.logs = logs
         self.sim = sim
         self.sysfs_root = sysfs_root
         self.proc_root = proc_root
@@ -192,7 +222,8 @@ class Stack:
             if body["status"] == "success" and body["data"]["result"]:
                 return body["data"]["result"]
             time.sleep(0.5)
-        raise AssertionError(f"{expr} returned nothing within {timeout} s")
+        logs = "\n".join(f"--- {log.name}\n{_log_tail(log)}" for log in self.logs)
+        raise AssertionError(f"{expr} returned nothing within {timeout} s\n{logs}")
 
 
 def _prometheus_config(exporter: str) -> str:
@@ -214,34 +245,38 @@ def running_stack(tmp: Path) -> Iterator[Stack]:
     sysfs_root, proc_root = tmp / "sys", tmp / "proc"
     write_rig(sysfs_root)
     write_proc(proc_root, HostSpec(swap_in_pages=100, swap_out_pages=200))
+    exporter_log, prometheus_log = tmp / "exporter.log", tmp / "prometheus.log"
     sim = SimThread(sim_engine())
     processes: list[subprocess.Popen] = []
     try:
         engine_url = sim.start()
         exporter_address = f"127.0.0.1:{free_port()}"
-        processes.append(subprocess.Popen(
+        tap_address = f"127.0.0.1:{free_port()}"
+        processes.append(_spawn(
             [sys.executable, "-m", "exporter",
              "--web.listen-address", exporter_address,
              "--engine", f"main={engine_url},probe_interval_seconds=1",
+             "--tap.listen-address", f"main={tap_address}",
              "--sysfs.root", str(sysfs_root), "--proc.root", str(proc_root),
              "--gpu.backend", "sysfs", "--log.level", "warning"],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+            exporter_log,
         ))
         exporter_url = f"http://{exporter_address}"
-        _wait_http(f"{exporter_url}/-/healthy", processes[-1], timeout=60)
+        _wait_http(f"{exporter_url}/-/healthy", processes[-1], exporter_log, timeout=60)
+        sim.start_agent(f"http://{tap_address}")
         config = tmp / "prometheus.yml"
         config.write_text(_prometheus_config(exporter_address))
         prometheus_address = f"127.0.0.1:{free_port()}"
-        processes.append(subprocess.Popen(
+        processes.append(_spawn(
             [prometheus_bin, f"--config.file={config}",
              f"--storage.tsdb.path={tmp / 'tsdb'}",
              f"--web.listen-address={prometheus_address}", "--log.level=warn"],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            prometheus_log,
         ))
         prometheus_url = f"http://{prometheus_address}"
-        _wait_http(f"{prometheus_url}/-/ready", processes[-1], timeout=60)
-        yield Stack(sim, sysfs_root, proc_root, exporter_url, prometheus_url)
+        _wait_http(f"{prometheus_url}/-/ready", processes[-1], prometheus_log, timeout=60)
+        yield Stack(sim, sysfs_root, proc_root, exporter_url, prometheus_url,
+                    [exporter_log, prometheus_log])
     finally:
         for process in reversed(processes):
             _stop(process)

@@ -53,3 +53,18 @@ def substitute(expr: str, rate_interval: str) -> str:
         name = match.group(1) or match.group(2)
         return rate_interval if name == "__rate_interval" else ".+"
     return _VARIABLE.sub(value, expr)
+
+
+GRAFANA_URL = "http://localhost:3000"  # Grafana's default address; the runbook links assume it
+_SHOWS = re.compile(r"Shows: ([\w, ]+)\.$")
+
+
+def alerts_shown(panel: dict[str, Any]) -> list[str]:
+    """The alerts a panel's description says it shows ("... Shows: RigGpuHot, RigCpuHot.")."""
+    found = _SHOWS.search(panel.get("description") or "")
+    return found.group(1).split(", ") if found else []
+
+
+def panel_link(dashboard: dict[str, Any], panel: dict[str, Any]) -> str:
+    return (f"[{dashboard['title']} › {panel['title']}]"
+            f"({GRAFANA_URL}/d/{dashboard['uid']}?viewPanel={panel['id']})")

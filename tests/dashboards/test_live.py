@@ -29,9 +29,6 @@ RATE_INTERVAL = f"{4 * SCRAPE_SECONDS}s"
 # queries are only checked to parse; `test_not_yet_produced_is_absent` fails once
 # one appears, so that its queries are then held to returning data.
 NOT_YET_PRODUCED = {
-    "rig_stream_max_token_gap_seconds": "the stream tap (issue #12)",
-    "rig_stream_token_gap_seconds": "the stream tap (issue #12)",
-    "rig_stream_ttft_seconds": "the stream tap (issue #12)",
     "rig_engine_decode_stall_resolution_seconds": "the stall tracker's budget (issue #7)",
     # The host source reads CPU sensors through psutil from the real /sys, which
     # has no hwmon CPU chip here; the simulated rig cannot supply one yet (issue #8).
@@ -67,7 +64,8 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
         for recorded in ("engine_tier:rig_engine_cache_hit_tokens:ratio_rate5m",
                          "engine:rig_engine_hicache_churn_tokens:rate5m",
                          "instance:rig_host_swap_io_bytes:rate5m",
-                         f'rig_probe_success{{rig="{RIG}"}}'):
+                         f'rig_probe_success{{rig="{RIG}"}}',
+                         "rig_stream_generated_tokens_total"):
             stack.wait_for(recorded, timeout=90)
         yield stack
 

@@ -1,0 +1,52 @@
+"""deploy/grafana: the data source and dashboards provider files, and what the README
+tells a user to do with them, agree with the dashboards."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import yaml
+
+from dashboards.panels import UIDS
+from tests.dashboards.queries import committed
+
+REPO = Path(__file__).resolve().parents[2]
+PROVISIONING = REPO / "deploy" / "grafana" / "provisioning"
+
+
+def _load(relative: str) -> dict:
+    return yaml.safe_load((PROVISIONING / relative).read_text())
+
+
+def test_datasource_file() -> None:
+    (source,) = _load("datasources/rig-prometheus.yaml")["datasources"]
+    assert source["type"] == "prometheus" and source["access"] == "proxy"
+    assert source["url"].startswith("http://127.0.0.1:")
+    # $__rate_interval is derived from it (anchors.md §7.3).
+    assert source["jsonData"]["timeInterval"].endswith("s")
+
+
+def test_dashboards_provider_points_at_the_folder_the_readme_fills() -> None:
+    (provider,) = _load("dashboards/rig.yaml")["providers"]
+    assert provider["type"] == "file"
+    path = provider["options"]["path"]
+    readme = (REPO / "README.md").read_text()
+    assert f"sudo cp dashboards/*.json {path}/" in readme
+    assert f"--out {path}" in readme
+    assert "deploy/grafana/provisioning/dashboards/rig.yaml" in readme
+
+
+def test_dashboards_import_cleanly() -> None:
+    dashboards = committed()
+    assert sorted(d["uid"] for d in dashboards) == sorted(UIDS.values())
+    for d in dashboards:
+        # No id and no __inputs: Grafana creates it on import with no questions.
+        assert d["id"] is None and d["__inputs"] == [], d["title"]
+        assert d["tags"] == ["rig"], d["title"]
+
+
+def test_overview_links_reach_every_other_dashboard() -> None:
+    overview = next(d for d in committed() if d["uid"] == UIDS["overview"])
+    urls = {link["url"] for p in overview["panels"] for link in p.get("links", [])}
+    targets = {url.split("?")[0].removeprefix("/d/") for url in urls}
+    assert targets == set(UIDS.values()) - {UIDS["overview"]}
