@@ -1,9 +1,9 @@
 """/generate and /v1/completions served by the scheduler, over real loopback HTTP.
 
 Simulated time runs 50x real time here (10x where real gaps are measured), so the
-owner's 64K starvation experiment takes about a second. Timing assertions compare each frame's arrival with the
-simulated time at which the scheduler emitted that token, with a generous bound for
-a loaded machine.
+owner's 64K starvation experiment takes about a second. Timing assertions compare
+each frame's arrival with the simulated time at which the scheduler emitted that
+token, with a generous bound for a loaded machine.
 """
 
 from __future__ import annotations
