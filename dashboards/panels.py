@@ -185,7 +185,11 @@ def stat(title: str, description: str, unit: str, queries: Sequence[Target], *,
 
 def heatmap(title: str, description: str, query: Target, *, unit: str = "s",
             alerts: Sequence[str] = (), w: int = 12, h: int = 8) -> Cell:
-    """A histogram's buckets over time (Grafana 9+ heatmap, buckets pre-computed)."""
+    """A histogram's buckets over time (Grafana 9+ heatmap, buckets pre-computed).
+
+    Grafana migrates a heatmap from its pre-9 form only when `options` is empty
+    (public/app/plugins/panel/heatmap/migrations.ts), so these options stand.
+    """
     panel = Heatmap(
         title=title,
         description=description + alerts_note(*alerts),
@@ -202,7 +206,10 @@ def heatmap(title: str, description: str, query: Target, *, unit: str = "s",
                 "rowsFrame": {"layout": "le"},
                 "cellValues": {"unit": "short"},
                 "color": {"mode": "scheme", "scheme": "Oranges", "exponent": 0.5,
-                          "steps": 64, "fill": "dark-orange", "scale": "exponential"},
+                          "steps": 64, "fill": "dark-orange", "scale": "exponential",
+                          "reverse": False},
+                "exemplars": {"color": "rgba(255,0,255,0.7)"},
+                "showValue": "never",
                 "filterValues": {"le": 1e-9},
                 "tooltip": {"show": True, "yHistogram": True},
                 "legend": {"show": True},

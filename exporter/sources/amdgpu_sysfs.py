@@ -142,7 +142,8 @@ class AmdgpuSysfs:
         self.root = Path(root)
         self.cards = cards if isinstance(cards, str) else frozenset(cards)
         self._kinds: dict[str, tuple[str, str]] = {}  # pci_bus -> (kind, reason)
-        self._seen: dict[str, tuple[str, str]] = {}  # card -> (pci_bus, unique_id)
+        # Keyed by PCI address: a driver reset can bring a card back as another cardN.
+        self._seen: dict[str, tuple[str, str]] = {}  # pci_bus -> (card, unique_id)
         self._warned: set[tuple[str, str]] = set()
         self._energy: dict[tuple[str, str], EnergyCounter] = {}  # by (pci_bus, unique_id)
 
@@ -152,11 +153,12 @@ class AmdgpuSysfs:
                     for card, device in sorted(found.items())
                     if (kind := self._selected_kind(card, device)) is not None]
         for reading in readings:
-            self._seen[reading.card] = (reading.pci_bus, reading.unique_id)
+            self._seen[reading.pci_bus] = (reading.card, reading.unique_id)
         # A card that fell off the bus keeps its series with gpu_present 0, so it
         # alerts instead of going silent.
-        for card, (pci_bus, unique_id) in sorted(self._seen.items()):
-            if card not in found:
+        read_buses = {reading.pci_bus for reading in readings}
+        for pci_bus, (card, unique_id) in sorted(self._seen.items()):
+            if pci_bus not in read_buses:
                 self._warn(card, "device", "card has disappeared")
                 readings.append(CardReading(card, pci_bus, unique_id, present=False))
         return readings
