@@ -1,12 +1,17 @@
-"""Benchmark: /metrics latency and RSS of the exporter on two fixture cards plus host.
+"""Benchmark: /metrics latency and RSS of the exporter, side by side with node_exporter.
 
-Starts the exporter as a real process (fixture sysfs tree, this machine's /proc),
-sends sequential scrapes over loopback and reports the median and p99 latency and
-the process's RSS afterwards. If Debian's prometheus-node-exporter is installed,
-the same measurement runs against it for comparison (target: our median is no
-slower than node_exporter's, and our RSS stays under 60 MB).
+The exporter runs as a real process reading two fixture cards, this machine's
+/proc, and one simulated SGLang engine (TP=2, `--dp-size` 3: a ~3,000-line
+multiprocess body) in its own child process. Sequential scrapes over loopback
+give the median and p99 latency and the RSS afterwards; Debian's
+prometheus-node-exporter, if installed, is measured the same way in the same run
+(targets: our median no slower than node_exporter's, p99 under 50 ms).
 
-    python bench/bench_metrics.py [--scrapes 300]
+Beside it, the cost to the engine: the simulated SGLang's CPU seconds per wall
+second while the exporter runs (its 4 Hz stall tracker included), against the
+same engine left alone.
+
+    python bench/bench_metrics.py [--scrapes 300] [--dp-size 3]
 """
 
 from __future__ import annotations
@@ -18,17 +23,26 @@ import subprocess
 import sys
 import time
 import urllib.request
-from pathlib import Path
 
 import psutil
-from loopback import free_port, wait_ready
+from loopback import ROOT, free_port, start_sim_engine, wait_ready
 
-REPO = Path(__file__).resolve().parent.parent
-FIXTURE = REPO / "tests" / "fixtures" / "sys"
+FIXTURE = ROOT / "tests" / "fixtures" / "sys"
+
+
+def exporter_command(port: int, engine_url: str | None) -> list[str]:
+    command = [sys.executable, "-m", "exporter", "--web.listen-address", f"127.0.0.1:{port}",
+               "--sysfs.root", str(FIXTURE), "--gpu.backend", "sysfs", "--log.level", "warning"]
+    return command + (["--engine", f"main={engine_url}"] if engine_url else [])
+
+
+def cpu_seconds(process: subprocess.Popen) -> float:
+    times = psutil.Process(process.pid).cpu_times()
+    return times.user + times.system
 
 
 def measure(command: list[str], url: str, scrapes: int) -> dict[str, float]:
-    process = subprocess.Popen(command, cwd=REPO, stdout=subprocess.DEVNULL,
+    process = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.DEVNULL,
                                stderr=subprocess.DEVNULL)
     try:
         wait_ready(url, process)
@@ -41,16 +55,38 @@ def measure(command: list[str], url: str, scrapes: int) -> dict[str, float]:
             size = len(urllib.request.urlopen(url).read())
             latencies.append(time.perf_counter() - started)
         latencies.sort()
-        rss = psutil.Process(process.pid).memory_info().rss
         return {
             "median_ms": statistics.median(latencies) * 1000,
             "p99_ms": latencies[int(len(latencies) * 0.99) - 1] * 1000,
-            "rss_mb": rss / 1e6,
+            "rss_mb": psutil.Process(process.pid).memory_info().rss / 1e6,
             "bytes": size,
         }
     finally:
         process.terminate()
         process.wait(timeout=10)
+
+
+def engine_cpu_share(engine: subprocess.Popen, seconds: float,
+                     exporter: list[str] | None = None, url: str = "") -> float:
+    """The engine's CPU seconds per wall second, with `exporter` running (scraped every 15 s)."""
+    process = None
+    if exporter:
+        process = subprocess.Popen(exporter, cwd=ROOT, stdout=subprocess.DEVNULL,
+                                   stderr=subprocess.DEVNULL)
+        wait_ready(url, process)
+    try:
+        cpu, wall = cpu_seconds(engine), time.monotonic()
+        next_scrape = wall
+        while time.monotonic() - wall < seconds:
+            if process is not None and time.monotonic() >= next_scrape:
+                urllib.request.urlopen(url).read()
+                next_scrape += 15.0
+            time.sleep(0.05)
+        return (cpu_seconds(engine) - cpu) / (time.monotonic() - wall)
+    finally:
+        if process is not None:
+            process.terminate()
+            process.wait(timeout=10)
 
 
 def report(name: str, figures: dict[str, float]) -> None:
@@ -61,15 +97,29 @@ def report(name: str, figures: dict[str, float]) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--scrapes", type=int, default=300)
+    parser.add_argument("--dp-size", type=int, default=3)
+    parser.add_argument("--engine-seconds", type=float, default=20.0,
+                        help="how long to watch the engine's CPU, alone and with the exporter")
     args = parser.parse_args()
 
-    port = free_port()
-    ours = measure(
-        [sys.executable, "-m", "exporter", "--web.listen-address", f"127.0.0.1:{port}",
-         "--sysfs.root", str(FIXTURE), "--gpu.backend", "sysfs", "--log.level", "warning"],
-        f"http://127.0.0.1:{port}/metrics", args.scrapes,
-    )
-    report("rig-exporter", ours)
+    engine, engine_url = start_sim_engine(args.dp_size)
+    try:
+        with urllib.request.urlopen(engine_url + "/metrics") as response:
+            print(f"engine body: {len(response.read().splitlines())} lines")
+        port = free_port()
+        ours = measure(exporter_command(port, engine_url),
+                       f"http://127.0.0.1:{port}/metrics", args.scrapes)
+        report("rig-exporter", ours)
+        alone = engine_cpu_share(engine, args.engine_seconds)
+        port = free_port()
+        watched = engine_cpu_share(engine, args.engine_seconds,
+                                   exporter_command(port, engine_url),
+                                   f"http://127.0.0.1:{port}/metrics")
+        print(f"engine CPU: {alone * 100:.2f} % of a core alone, {watched * 100:.2f} % with the "
+              f"exporter (tracker + a scrape every 15 s): +{(watched - alone) * 100:.2f} points")
+    finally:
+        engine.terminate()
+        engine.wait(10)
 
     node_exporter = shutil.which("prometheus-node-exporter") or shutil.which("node_exporter")
     if node_exporter is None:

@@ -45,6 +45,9 @@ FLAGS = (
     Flag("--gpu.expected-cards", "gpu", "expected_cards",
          "cards the rig should have; fewer pages RigGpuMissing; 0 disables (default 2)", int),
     Flag("--proc.root", "host", "proc_root", "root of the procfs tree to read (default /proc)"),
+    Flag("--health.sample-interval", "health", "sample_interval_seconds",
+         "seconds without a scrape after which the exporter reads a snapshot for the health "
+         "checks' windows itself; 0: never (default 15)", float),
     Flag("--log.level", "log", "level", "debug | info | warning | error (default info)"),
 )
 COLLECTOR_SWITCHES = {"gpu": "gpu", "host": "host"}

@@ -88,11 +88,19 @@ class HostConfig:
 
 
 @dataclass(frozen=True)
+class HealthConfig:
+    # The health checks' windows are fed by every scrape; when none came for this
+    # long, the exporter reads a snapshot itself (0: only scrapes and health requests).
+    sample_interval_seconds: float = 15.0
+
+
+@dataclass(frozen=True)
 class Config:
     web: WebConfig = field(default_factory=WebConfig)
     engines: tuple[EngineConfig, ...] = ()
     gpu: GpuConfig = field(default_factory=GpuConfig)
     host: HostConfig = field(default_factory=HostConfig)
+    health: HealthConfig = field(default_factory=HealthConfig)
     thresholds: Thresholds = field(default_factory=Thresholds)
     log_level: str = "info"
 
@@ -109,7 +117,7 @@ def read_config_file(path: str | Path) -> dict[str, Any]:
 
 def load_config(raw: Mapping[str, Any]) -> Config:
     """Validate a mapping shaped like the TOML file (see README) into a Config."""
-    _reject_unknown("", raw, {"web", "engine", "gpu", "host", "thresholds", "log"})
+    _reject_unknown("", raw, {"web", "engine", "gpu", "host", "health", "thresholds", "log"})
     engines = raw.get("engine", [])
     if not isinstance(engines, list):
         raise ConfigError("engine", engines, "must be an array of tables ([[engine]])")
@@ -130,6 +138,7 @@ def load_config(raw: Mapping[str, Any]) -> Config:
         engines=parsed,
         gpu=_gpu(_table(raw, "gpu")),
         host=_host(_table(raw, "host")),
+        health=_health(_table(raw, "health")),
         thresholds=thresholds,
         log_level=_choice("log.level", log_table.get("level", "info"),
                           ("debug", "info", "warning", "error")),
@@ -251,6 +260,12 @@ def _host(t: Mapping[str, Any]) -> HostConfig:
         enabled=_bool("host.enabled", t.get("enabled", True)),
         proc_root=_str("host.proc_root", t.get("proc_root", "/proc")),
     )
+
+
+def _health(t: Mapping[str, Any]) -> HealthConfig:
+    _reject_unknown("health", t, {"sample_interval_seconds"})
+    return HealthConfig(sample_interval_seconds=_non_negative(
+        "health.sample_interval_seconds", t.get("sample_interval_seconds", 15.0)))
 
 
 def _table(raw: Mapping[str, Any], key: str) -> Mapping[str, Any]:

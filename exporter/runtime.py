@@ -2,13 +2,16 @@
 
 Sources that hold connections or background tasks (engines, the stall tracker,
 the stream probe) implement `start` and `close`; the runtime calls them when the
-web server starts and stops.
+web server starts and stops. Every snapshot also feeds the health monitor
+(`exporter/health/`), whose verdict `/api/health` serves.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+import time
 from typing import Protocol, runtime_checkable
 
 from prometheus_client import CollectorRegistry, generate_latest
@@ -17,6 +20,8 @@ from exporter.collector import RigCollector
 from exporter.config import Config
 from exporter.engines.probe import ProbeSource
 from exporter.engines.source import EngineSource
+from exporter.health.monitor import HealthMonitor
+from exporter.health.report import Report
 from exporter.sources.base import Snapshot, Source, SourceRunner
 from exporter.sources.gpu import GpuSource
 from exporter.sources.host import HostSource
@@ -60,14 +65,24 @@ class Exporter:
         self.sources = build_sources(config) if sources is None else sources
         self.runner = SourceRunner(self.sources, config.web.scrape_deadline_seconds)
         self._in_flight: asyncio.Future[Snapshot] | None = None
+        self.health = HealthMonitor(config.thresholds, config.engines)
+        self._sampler: asyncio.Task[None] | None = None
+        self._rendered: tuple[Snapshot, bytes] | None = None
 
     async def start(self) -> None:
         for source in self.sources:
             if isinstance(source, Managed):
                 await source.start()
         log.info("sources: %s", ", ".join(s.name for s in self.sources) or "none")
+        if self.config.health.sample_interval_seconds > 0:
+            self._sampler = asyncio.create_task(self._sample_when_idle(),
+                                                name="health history sampler")
 
     async def close(self) -> None:
+        if self._sampler is not None:
+            self._sampler.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._sampler
         for source in reversed(self.sources):
             if isinstance(source, Managed):
                 await source.close()
@@ -82,19 +97,55 @@ class Exporter:
         self.config, self.sources = config, sources
         self.runner = SourceRunner(sources, config.web.scrape_deadline_seconds)
         self._in_flight = None
+        self.health.reconfigure(config.thresholds, config.engines)
         for source in reversed(old):
             if isinstance(source, Managed):
                 await source.close()
 
     async def snapshot(self) -> Snapshot:
-        """Read every source; scrapes that arrive while a read is under way share it.
+        """Read every source; scrapes, health requests and the health sampler that
+        arrive while a read is under way share it.
 
         Fifty scrapes at once then cost SGLang and sysfs one read, not fifty. The
         shield keeps one scraper's disconnect from cancelling the others' read.
         """
         if self._in_flight is None or self._in_flight.done():
-            self._in_flight = asyncio.ensure_future(self.runner.snapshot())
+            self._in_flight = asyncio.ensure_future(self._read_and_observe())
         return await asyncio.shield(self._in_flight)
+
+    async def _read_and_observe(self) -> Snapshot:
+        snapshot = await self.runner.snapshot()
+        self.health.observe(snapshot)
+        return snapshot
+
+    async def health_report(self) -> Report:
+        """A fresh snapshot, judged: the same reads as one scrape, nothing more."""
+        await self.snapshot()
+        assert self.health.report is not None
+        return self.health.report
+
+    async def _sample_when_idle(self) -> None:
+        # Scrapes feed the history; only when none came for an interval does the
+        # exporter read a snapshot itself, so Prometheus at 15 s adds nothing.
+        started = time.monotonic()
+        while True:
+            interval = max(0.05, self.config.health.sample_interval_seconds)  # may be reloaded
+            last = self.health.last_observed
+            idle = time.monotonic() - (started if last is None else last)
+            if idle >= interval:
+                try:
+                    await self.snapshot()
+                except Exception:  # a bug must not end the sampling for good
+                    log.exception("health sampler snapshot failed")
+                idle = 0.0
+            await asyncio.sleep(max(0.05, interval - idle))
+
+    async def exposition(self) -> bytes:
+        """The /metrics body. Scrapes that share a snapshot share its rendering too."""
+        snapshot = await self.snapshot()
+        if self._rendered is None or self._rendered[0] is not snapshot:
+            self._rendered = (snapshot, self.render(snapshot))
+        return self._rendered[1]
 
     @staticmethod
     def render(snapshot: Snapshot) -> bytes:

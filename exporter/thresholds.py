@@ -28,6 +28,10 @@ MIB = 1024 * 1024
 
 @dataclass(frozen=True)
 class Thresholds:
+    # The range of the rules' rates (and of the health checks' rate windows):
+    # the recorded `*:rate5m` series are named after the default.
+    rate_window_seconds: int = 300
+
     # --- decode (stall tracker and stream probe) ---------------------------
     # DESIGN §5: no decode progress for >= 10 s is starvation. rig-facts: the
     # default scheduler stalls a 64K decode for 47.23 s during a 64K prefill.

@@ -3,6 +3,7 @@
     /metrics    Prometheus exposition, read fresh on every request
     /           landing page with links and each source's state
     /-/healthy  200 while the process serves
+    /api/health the health checks as JSON (exporter/health/health.schema.json)
 """
 
 from __future__ import annotations
@@ -20,6 +21,8 @@ from prometheus_client import CONTENT_TYPE_LATEST
 from exporter import __version__
 from exporter.config import Config, ConfigError, WebConfig
 from exporter.runtime import Exporter
+from exporter.sources.base import Snapshot
+from exporter.tap import tap_readings
 from exporter.web_security import WebSecurity, basic_auth_middleware
 
 log = logging.getLogger(__name__)
@@ -35,6 +38,7 @@ def make_app(exporter: Exporter) -> web.Application:
     app.router.add_get("/metrics", metrics)
     app.router.add_get("/", landing_page)
     app.router.add_get("/-/healthy", healthy)
+    app.router.add_get("/api/health", api_health)
 
     async def lifecycle(app: web.Application):
         await exporter.start()
@@ -47,8 +51,13 @@ def make_app(exporter: Exporter) -> web.Application:
 
 async def metrics(request: web.Request) -> web.Response:
     exporter = request.app[EXPORTER_KEY]
-    body = exporter.render(await exporter.snapshot())
+    body = await exporter.exposition()
     return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+
+async def api_health(request: web.Request) -> web.Response:
+    report = await request.app[EXPORTER_KEY].health_report()
+    return web.json_response(report.to_json())
 
 
 async def healthy(request: web.Request) -> web.Response:
@@ -56,22 +65,53 @@ async def healthy(request: web.Request) -> web.Response:
 
 
 async def landing_page(request: web.Request) -> web.Response:
-    snapshot = await request.app[EXPORTER_KEY].snapshot()
+    exporter = request.app[EXPORTER_KEY]
+    report = await exporter.health_report()
     rows = "\n".join(
         f"<tr><td>{html.escape(r.name)}</td><td>{'up' if r.up else 'DOWN'}</td>"
         f"<td>{r.duration_seconds * 1000:.1f} ms</td><td>{html.escape(r.error or '')}</td></tr>"
-        for r in snapshot.results
+        for r in exporter.health.snapshot.results
+    )
+    # The checks that are not ok, worst first (all of them: rigctl health).
+    checks = "\n".join(
+        f"<tr><td>{c.status.value}</td><td>{html.escape(c.name)}</td>"
+        f"<td>{html.escape(c.reason)}</td></tr>"
+        for c in report.checks if c.status.value != "ok"
     )
     page = f"""<!doctype html>
 <html><head><title>rig telemetry exporter</title></head><body>
 <h1>rig telemetry exporter {html.escape(__version__)}</h1>
-<p><a href="/metrics">/metrics</a> &middot; <a href="/-/healthy">/-/healthy</a></p>
+<p><a href="/metrics">/metrics</a> &middot; <a href="/api/health">/api/health</a>
+&middot; <a href="/-/healthy">/-/healthy</a></p>
+<h2>health: {report.status.value}</h2>
+<table border="1" cellpadding="4">
+<tr><th>status</th><th>check</th><th>reason</th></tr>
+{checks}
+</table>
+<h2>sources</h2>
 <table border="1" cellpadding="4">
 <tr><th>source</th><th>state</th><th>read in</th><th>error</th></tr>
 {rows}
-</table></body></html>
+</table>
+{_streams_table(exporter.health.snapshot)}</body></html>
 """
     return web.Response(text=page, content_type="text/html")
+
+
+def _streams_table(snapshot: Snapshot) -> str:
+    """Streams in flight through each tap and the worst gap between tokens of the last minute."""
+    readings = tap_readings(snapshot)
+    if not readings:
+        return ""
+    rows = "\n".join(
+        f"<tr><td>{html.escape(r.name)}</td><td>{r.active}</td>"
+        f"<td>{r.max_gap_seconds:.2f} s</td></tr>" for r in readings)
+    return f"""<h2>Streams through the tap</h2>
+<table border="1" cellpadding="4">
+<tr><th>engine</th><th>streams in flight</th><th>worst token gap, last 60 s</th></tr>
+{rows}
+</table>
+"""
 
 
 def serve(config: Config, security: WebSecurity | None = None,

@@ -197,8 +197,9 @@ def test_landing_page_and_healthy(proc_root: Path) -> None:
 
     (status, content_type, page), (healthy_status, _, healthy_body) = asyncio.run(fetch())
     assert status == 200 and content_type.startswith("text/html")
-    assert 'href="/metrics"' in page
+    assert 'href="/metrics"' in page and 'href="/api/health"' in page
     assert "engine/broken" in page and "HTTP 500" in page
+    assert "<h2>health: " in page
     assert (healthy_status, healthy_body) == (200, "OK\n")
 
 

@@ -25,7 +25,8 @@ def hicache_alerts(t: Thresholds) -> list[Alert]:
     pool = num(t.hicache_host_pool_ratio)
     churn = num(t.hicache_churn_tokens_per_second)
     l2_share = pct(t.hicache_l2_hit_ratio)
-    l2_hits = 'sum without (tier) (rate(rig_engine_cache_hit_tokens_total{tier="L2"}[5m]))'
+    w = dur(t.rate_window_seconds)
+    l2_hits = f'sum without (tier) (rate(rig_engine_cache_hit_tokens_total{{tier="L2"}}[{w}]))'
     written = f"increase(rig_engine_hicache_storage_written_tokens_total[{storage}])"
     prefetched = f"increase(rig_engine_hicache_storage_prefetched_tokens_total[{storage}])"
     return [
@@ -79,7 +80,7 @@ and on({ENGINE})
             f"""
 {HOST_USAGE} >= {pool}
 and on({ENGINE})
-rate(rig_engine_hicache_evicted_tokens_total[5m]) > 0
+rate(rig_engine_hicache_evicted_tokens_total[{w}]) > 0
 """,
             t.hicache_host_pool_for_seconds,
             f"The L2 host pool has been {pct(t.hicache_host_pool_ratio)} full or more for"

@@ -49,7 +49,8 @@ deriv(rig_host_swap_used_bytes[{dur(t.host_swap_growth_window_seconds)}])
         Alert(
             "RigHostMemoryPressure",
             "critical",
-            'rate(rig_host_memory_pressure_stall_seconds_total{kind="full"}[5m])'
+            'rate(rig_host_memory_pressure_stall_seconds_total{kind="full"}'
+            f"[{dur(t.rate_window_seconds)}])"
             f" >= {num(t.host_memory_full_stall_ratio)}",
             t.host_memory_for_seconds,
             f"All tasks have stalled on memory {pct(t.host_memory_full_stall_ratio)} of the time"

@@ -10,16 +10,19 @@ from alerts.rules.common import (
     PROMPT_RATE,
     SCLK_RATIO,
     SWAP_IO,
+    dur,
 )
+from exporter.thresholds import Thresholds
 
 
-def recording_rules() -> list[dict[str, str]]:
-    hits_rate = "rate(rig_engine_cache_hit_tokens_total[5m])"
+def recording_rules(t: Thresholds) -> list[dict[str, str]]:
+    w = dur(t.rate_window_seconds)
+    hits_rate = f"rate(rig_engine_cache_hit_tokens_total[{w}])"
     rules = {
         "engine:rig_engine_generation_tokens:rate1m": (
             "rate(rig_engine_generation_tokens_total[1m])"
         ),
-        PROMPT_RATE: "rate(rig_engine_prompt_tokens_total[5m])",
+        PROMPT_RATE: f"rate(rig_engine_prompt_tokens_total[{w}])",
         "engine:rig_engine_decode_batches:rate1m": "rate(rig_engine_decode_batches_total[1m])",
         # Per-tier hit share of prompt tokens (counter ratio: sglang#26608
         # shows the cache_hit_rate gauge is overwritten per batch).
@@ -32,9 +35,9 @@ def recording_rules() -> list[dict[str, str]]:
         # L1<->L2 churn: tokens that both left L1 and came back up from L2,
         # i.e. the smaller of the eviction and load-back rates.
         CHURN_RATE: (
-            "rate(rig_engine_hicache_evicted_tokens_total[5m])"
-            " <= rate(rig_engine_hicache_loaded_back_tokens_total[5m])"
-            " or rate(rig_engine_hicache_loaded_back_tokens_total[5m])"
+            f"rate(rig_engine_hicache_evicted_tokens_total[{w}])"
+            f" <= rate(rig_engine_hicache_loaded_back_tokens_total[{w}])"
+            f" or rate(rig_engine_hicache_loaded_back_tokens_total[{w}])"
         ),
         HOST_USAGE: (
             "rig_engine_hicache_host_used_tokens / (rig_engine_hicache_host_capacity_tokens > 0)"
@@ -48,7 +51,7 @@ def recording_rules() -> list[dict[str, str]]:
         ),
         MEM_AVAILABLE: "rig_host_memory_available_bytes / (rig_host_memory_total_bytes > 0)",
         SWAP_IO: (
-            "rate(rig_host_swap_in_bytes_total[5m]) + rate(rig_host_swap_out_bytes_total[5m])"
+            f"rate(rig_host_swap_in_bytes_total[{w}]) + rate(rig_host_swap_out_bytes_total[{w}])"
         ),
     }
     return [{"record": name, "expr": expr} for name, expr in rules.items()]

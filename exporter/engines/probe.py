@@ -79,14 +79,16 @@ class StreamProbe:
         self.last = result
         for gap in result.gaps_seconds:
             self.gaps.observe(gap)
-        if not result.success:
-            log.warning("probe %s failed: %s", self.config.name, result.reason)
         return result
 
     async def run(self) -> None:
+        """The schedule: a probe every interval, failures logged (a probe run by
+        hand through probe_once, as rigctl does, reports its own result)."""
         while True:
             with contextlib.suppress(ProbeBusy):  # someone ran one by hand (rigctl probe)
-                await self.probe_once()
+                result = await self.probe_once()
+                if not result.success:
+                    log.warning("probe %s failed: %s", self.config.name, result.reason)
             await asyncio.sleep(self.config.probe_interval_seconds)
 
     async def _measure(self) -> ProbeResult:

@@ -1,9 +1,16 @@
-"""`rigctl`: the rig from a terminal.
+"""rigctl: the rig from a terminal.
 
-    rigctl probe --engine http://127.0.0.1:30000
+commands:
+  health   is the rig healthy? one line per check, worst first (reads the exporter)
+  probe    send one streaming request to an engine now and time every token gap
 
-One module per subcommand; each has `add_parser(commands)` and `run(args, out)`.
-Exit status as a Nagios plugin: 0 ok, 1 warning, 2 critical, 3 unknown.
+examples:
+  rigctl health
+  rigctl health --prometheus http://127.0.0.1:9090 --watch 5
+  rigctl probe --engine http://127.0.0.1:30000
+
+`rigctl COMMAND --help` says more about each. One module per subcommand; each
+has `add_parser(commands)` and `run(args, out)`.
 """
 
 from __future__ import annotations
@@ -12,15 +19,21 @@ import sys
 from collections.abc import Sequence
 from typing import TextIO
 
-from exporter.rigctl import probe
-from exporter.rigctl.common import Parser
+from exporter import __version__
+from exporter.rigctl import health, probe
+from exporter.rigctl.common import EXIT_CODES, Parser, help_formatter
 
-SUBCOMMANDS = (probe,)
+SUBCOMMANDS = (health, probe)
 
 
 def build_parser() -> Parser:
-    parser = Parser(prog="rigctl", description=__doc__.splitlines()[0])
-    commands = parser.add_subparsers(dest="command", required=True)
+    intro, commands_text = __doc__.split("\n\n")[0], __doc__.split("\n\n")[1:3]
+    parser = Parser(prog="rigctl", description=intro,
+                    epilog="\n\n".join([*commands_text, EXIT_CODES]),
+                    formatter_class=help_formatter)
+    parser.add_argument("--version", action="version", version=f"rigctl {__version__}")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND",
+                                     parser_class=Parser)
     for module in SUBCOMMANDS:
         module.add_parser(commands).set_defaults(run=module.run)
     return parser

@@ -1,8 +1,10 @@
 """`rigctl probe`: one stream probe now, with the exporter's own probe code.
 
-It prints the time to the first token, every gap between token frames and the
-longest. Exit status: 0 ok, 2 critical (the probe failed), 3 unknown (bad
-arguments).
+It sends one short streaming /generate to an SGLang server and prints the time
+to the first token, every gap between token-bearing frames, the longest gap
+and the decode rate. The longest gap is judged against the decode starvation
+threshold (decode_stall_critical_seconds, 10 s unless --config's [thresholds]
+says otherwise), the one RigDecodeStarvation and `rigctl health` use.
 """
 
 from __future__ import annotations
@@ -14,34 +16,67 @@ from typing import TextIO
 
 import aiohttp
 
-from exporter.config import ConfigError, load_config
+from exporter.config import EngineConfig
 from exporter.engines.probe import ProbeResult, StreamProbe
-from exporter.rigctl.common import EXIT_CRITICAL, EXIT_OK, EXIT_UNKNOWN
+from exporter.rigctl.common import (
+    EXIT_CRITICAL,
+    EXIT_OK,
+    EXIT_UNKNOWN,
+    help_formatter,
+    http_url,
+    positive,
+)
+from exporter.thresholds import Thresholds, thresholds_from_config
+
+DEFAULTS = EngineConfig(name="probe", url="http://127.0.0.1:30000")
+
+EXAMPLES = """examples:
+  rigctl probe --engine http://127.0.0.1:30000
+  rigctl probe --engine http://127.0.0.1:30000 --max-new-tokens 256 --config rig.toml
+
+The probe's prompt sits behind a unique prefix, so it neither rides nor fills
+the radix cache, and it asks for --max-new-tokens tokens with ignore_eos.
+
+exit status:
+  0  ok: the stream finished and its longest gap stayed below the threshold
+  2  critical: the probe failed (the reason is printed), or its longest gap
+     reached the starvation threshold
+  3  unknown: bad arguments or a bad --config file"""
 
 
 def add_parser(commands: argparse._SubParsersAction) -> argparse.ArgumentParser:
-    probe = commands.add_parser("probe", help="send one stream probe now and print each gap")
-    probe.add_argument("--engine", required=True, metavar="URL",
+    probe = commands.add_parser(
+        "probe", help="send one streaming request to an engine now and time every token gap",
+        description=__doc__.split("\n\n")[1], epilog=EXAMPLES, formatter_class=help_formatter)
+    probe.add_argument("--engine", required=True, metavar="URL", type=http_url,
                        help="the SGLang server, e.g. http://127.0.0.1:30000")
-    probe.add_argument("--max-new-tokens", type=int, default=32)
-    probe.add_argument("--timeout", type=float, default=60.0, metavar="SECONDS",
-                       help="hard deadline for the whole stream (default 60)")
+    probe.add_argument("--max-new-tokens", type=positive(int), metavar="N",
+                       default=DEFAULTS.probe_max_new_tokens,
+                       help="tokens to generate (default %(default)s; more tokens, more gaps "
+                            "seen, a longer probe)")
+    probe.add_argument("--timeout", type=positive(float), metavar="SECONDS",
+                       default=DEFAULTS.probe_timeout_seconds,
+                       help="hard deadline for the whole stream (default %(default)g)")
     probe.add_argument("--prompt", default="",
                        help="prompt text (default: a fixed prompt behind a unique prefix)")
+    probe.add_argument("--config", metavar="PATH",
+                       help="exporter config whose [thresholds] set the starvation threshold")
     return probe
 
 
 async def probe_once(url: str, max_new_tokens: int, timeout: float, prompt: str) -> ProbeResult:
-    engine = load_config({"engine": [{
-        "name": "rigctl", "url": url, "probe_max_new_tokens": max_new_tokens,
-        "probe_timeout_seconds": timeout, "probe_prompt": prompt,
-    }]}).engines[0]
+    engine = EngineConfig(name=url, url=url, probe_max_new_tokens=max_new_tokens,
+                          probe_timeout_seconds=timeout, probe_prompt=prompt)
     async with aiohttp.ClientSession() as session:
         return await StreamProbe(lambda: session, engine).probe_once()
 
 
-def print_probe(url: str, result: ProbeResult, out: TextIO) -> None:
+def print_probe(url: str, result: ProbeResult, out: TextIO,
+                starvation_seconds: float | None = None) -> None:
     verdict = "ok" if result.success else f"FAILED: {result.reason}"
+    if result.success and starved(result, starvation_seconds):
+        verdict = (f"STARVED: the longest gap reached the {starvation_seconds:g} s decode "
+                   "starvation threshold")
     print(f"probe {url}: {verdict}", file=out)
     if result.ttft_seconds is not None:
         print(f"  time to first token  {result.ttft_seconds:8.3f} s", file=out)
@@ -55,12 +90,18 @@ def print_probe(url: str, result: ProbeResult, out: TextIO) -> None:
         print(f"  decode               {result.decode_tokens_per_second:8.1f} tokens/s", file=out)
 
 
+def starved(result: ProbeResult, starvation_seconds: float | None) -> bool:
+    return (starvation_seconds is not None and result.max_gap_seconds is not None
+            and result.max_gap_seconds >= starvation_seconds)
+
+
 def run(args: argparse.Namespace, out: TextIO) -> int:
     try:
-        result = asyncio.run(probe_once(args.engine.rstrip("/"), args.max_new_tokens,
-                                        args.timeout, args.prompt))
-    except ConfigError as exc:
-        print(f"rigctl: {exc}", file=sys.stderr)
+        thresholds = thresholds_from_config(args.config) if args.config else Thresholds()
+    except ValueError as exc:
+        print(f"rigctl probe: --config: {exc}", file=sys.stderr)
         return EXIT_UNKNOWN
-    print_probe(args.engine, result, out)
-    return EXIT_OK if result.success else EXIT_CRITICAL
+    limit = thresholds.decode_stall_critical_seconds
+    result = asyncio.run(probe_once(args.engine, args.max_new_tokens, args.timeout, args.prompt))
+    print_probe(args.engine, result, out, limit)
+    return EXIT_OK if result.success and not starved(result, limit) else EXIT_CRITICAL

@@ -26,9 +26,17 @@ class CountingSource:
         return HostReading(64e9, 19e9, 8e9, 62e6, 0.0, 0.0)
 
 
-def test_fifty_concurrent_scrapes_cost_one_read() -> None:
+class CountingExporter(Exporter):
+    renders = 0
+
+    def render(self, snapshot):  # type: ignore[override]
+        type(self).renders += 1
+        return Exporter.render(snapshot)
+
+
+def test_fifty_concurrent_scrapes_cost_one_read_and_one_render() -> None:
     source = CountingSource()
-    exporter = Exporter(load_config({}), [source])
+    exporter = CountingExporter(load_config({}), [source])
 
     async def scrape_many() -> list[str]:
         async with serving(exporter) as url, aiohttp.ClientSession() as session:
@@ -42,6 +50,7 @@ def test_fifty_concurrent_scrapes_cost_one_read() -> None:
     # The 50 requests arrive within the 200 ms read; allow a straggler or two on a
     # loaded machine, never one read per scrape.
     assert source.reads <= 3
+    assert CountingExporter.renders == source.reads
     assert all(value(parse_samples(b), "rig_source_up", source="host") == 1
                for b in bodies)
 

@@ -69,3 +69,13 @@ def test_error_frame_and_unrecognised_frames_are_kept_apart():
     meter.feed(b'data: {"error": {"message": "out of memory"}}\n\ndata: what\n\n', 1.0)
     assert meter.error == "out of memory"
     assert meter.unrecognised == 1 and meter.first_unrecognised == b"what"
+
+
+def test_histogram_buckets_are_cumulative_and_le():
+    from exporter.streams import Histogram
+
+    histogram = Histogram(bounds=(0.1, 1.0))
+    for seconds in (0.05, 0.1, 0.5, 1.0, 47.0):
+        histogram.observe(seconds)
+    assert histogram.buckets() == [("0.1", 2.0), ("1.0", 4.0), ("+Inf", 5.0)]
+    assert histogram.sum == pytest.approx(48.65) and histogram.count == 5

@@ -66,6 +66,10 @@ class StandIn:
     scripts: dict[str, Script] = field(default_factory=dict)
     aborted_at: list[float] = field(default_factory=list)
     finished: int = 0
+    #: Per stream: when its request arrived, then when each token frame was written.
+    #: What the tap measured is checked against these, not the script: under load a
+    #: sleep overshoots, and the truth is what was sent when.
+    timelines: list[list[float]] = field(default_factory=list)
 
     async def start(self) -> str:
         app = web.Application()
@@ -89,6 +93,8 @@ class StandIn:
             return web.json_response({"id": "n", "object": "chat.completion",
                                       "choices": [{"message": {"content": "hello"}}]},
                                      headers={"X-Engine": "stand-in"})
+        timeline = [time.monotonic()]
+        self.timelines.append(timeline)
         script = self.scripts.get(body.get("tag", ""), self.script)
         head, frames = stream_bytes(script)
         response = web.StreamResponse(headers={"Content-Type": "text/event-stream",
@@ -103,6 +109,7 @@ class StandIn:
                     await asyncio.sleep(3600)
                 if i:
                     await asyncio.sleep(script.gaps_seconds[i - 1])
+                timeline.append(time.monotonic())
                 await response.write(frame)
         except (asyncio.CancelledError, ConnectionResetError):
             self.aborted_at.append(time.monotonic())

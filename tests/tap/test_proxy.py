@@ -46,8 +46,10 @@ async def stream_through(session: aiohttp.ClientSession, tap_url: str, shape: st
 def test_bytes_identical_and_gaps_measured(shape):
     script = Script(shape=shape, first_token_seconds=0.2, gaps_seconds=GAPS)
 
+    standin = StandIn(script)
+
     async def scenario():
-        async with tap_before(StandIn(script)) as (tap, url), aiohttp.ClientSession() as session:
+        async with tap_before(standin) as (tap, url), aiohttp.ClientSession() as session:
             status, headers, body = await stream_through(session, url, shape)
             return status, headers, body, await tap.read()
 
@@ -56,11 +58,15 @@ def test_bytes_identical_and_gaps_measured(shape):
     assert status == 200 and body == head + b"".join(frames)
     assert headers["X-Engine"] == "stand-in" and headers["Content-Type"] == "text/event-stream"
     assert reading.requests == {"ok": 1, "error": 0, "client_closed": 0}
+    # Against what the engine did (its sleeps overshoot under load), within 50 ms.
+    arrived, *written = standin.timelines[0]
+    sent_gaps = [b - a for a, b in zip(written, written[1:], strict=False)]
     assert reading.ttft_buckets[-1] == ("+Inf", 1.0)
-    assert reading.ttft_sum == pytest.approx(0.2, abs=0.05)
+    assert reading.ttft_sum == pytest.approx(written[0] - arrived, abs=0.05)
     assert reading.gap_buckets[-1] == ("+Inf", float(len(GAPS)))
-    assert reading.gap_sum == pytest.approx(sum(GAPS), abs=0.05 * len(GAPS))
-    assert reading.max_gap_seconds == pytest.approx(max(GAPS), abs=0.05)
+    assert reading.gap_sum == pytest.approx(sum(sent_gaps), abs=0.05)
+    assert reading.max_gap_seconds == pytest.approx(max(sent_gaps), abs=0.05)
+    assert max(sent_gaps) >= max(GAPS)
     assert reading.active == 0
     assert reading.generated_tokens == script.frames
 
@@ -82,8 +88,9 @@ def test_a_gap_is_visible_while_it_is_open():
 
     during, open_for = asyncio.run(scenario())
     assert during.active == 1
-    assert during.max_gap_seconds == pytest.approx(open_for, abs=0.05)
-    assert during.max_gap_seconds >= 0.7
+    # At least the 0.7 s the client has waited; the tap saw the last frame a little
+    # before the client did, so a little more than that, never a whole extra gap.
+    assert 0.7 <= during.max_gap_seconds <= open_for + 0.25
 
 
 def test_client_disconnect_aborts_upstream_at_once():

@@ -1,0 +1,97 @@
+"""Host and exporter checks, mirroring alerts/rules/host.py: swap, memory, CPU
+temperature, and the exporter's own non-engine sources."""
+
+from __future__ import annotations
+
+from exporter.health.report import Signal, Stage
+from exporter.health.view import Context, mib, percent, seconds, signal
+from exporter.sources.host import CPU_SENSOR_CHIPS
+
+
+def host_signals(c: Context) -> list[Signal]:
+    host = c.view.host
+    if host is None:
+        return []  # the host source is down or off: exporter_source says which
+    t = c.t
+    out: list[Signal] = []
+
+    # RigHostSwapping: swap traffic over the rate window, or swap use growing.
+    swapping = (Stage("warning", t.host_swapping_for_seconds),)
+    window = t.rate_window_seconds
+    if c.filled(window):
+        io = c.history.rate(("host", "swap_io_bytes_total"), c.now, window) or 0.0
+        out.append(signal("host_swap", {}, "RigHostSwapping", swapping,
+                          io >= t.host_swap_io_bytes_per_second, io,
+                          t.host_swap_io_bytes_per_second, "bytes/s",
+                          f"{mib(io)}/s to and from swap over the last {seconds(window)}", "io"))
+    else:
+        out.append(signal("host_swap", {}, "RigHostSwapping", swapping, None, None,
+                          t.host_swap_io_bytes_per_second, "bytes/s",
+                          f"swap traffic: {c.not_filled(window)}", "io"))
+    growth_window = t.host_swap_growth_window_seconds
+    if c.filled(growth_window):
+        growth = c.history.deriv(("host", "swap_used_bytes"), c.now, growth_window) or 0.0
+        out.append(signal("host_swap", {}, "RigHostSwapping", swapping,
+                          growth >= t.host_swap_growth_bytes_per_second, growth,
+                          t.host_swap_growth_bytes_per_second, "bytes/s",
+                          f"swap use {mib(host.swap_used_bytes)}, growing "
+                          f"{growth / 1024:.1f} KiB/s over {seconds(growth_window)}", "growth"))
+    else:
+        out.append(signal("host_swap", {}, "RigHostSwapping", swapping, None, None,
+                          t.host_swap_growth_bytes_per_second, "bytes/s",
+                          f"swap use {mib(host.swap_used_bytes)}; growth: "
+                          + c.not_filled(growth_window), "growth"))
+
+    # RigHostMemoryPressure: little RAM available, or tasks stalled on memory (PSI full).
+    pressure = (Stage("critical", t.host_memory_for_seconds),)
+    if host.memory_total_bytes > 0:
+        available = host.memory_available_bytes / host.memory_total_bytes
+        out.append(signal("host_memory", {}, "RigHostMemoryPressure", pressure,
+                          available < t.host_memory_available_ratio, available,
+                          t.host_memory_available_ratio, "ratio",
+                          f"{percent(available)} of RAM available "
+                          f"({host.memory_available_bytes / 2**30:.1f} GiB)", "available"))
+    if "full" in host.pressure_stall_seconds_total:
+        if c.filled(window):
+            stalled = c.history.rate(("host", "pressure_full_seconds_total"), c.now,
+                                     window) or 0.0
+            out.append(signal("host_memory", {}, "RigHostMemoryPressure", pressure,
+                              stalled >= t.host_memory_full_stall_ratio, stalled,
+                              t.host_memory_full_stall_ratio, "ratio",
+                              f"all tasks stalled on memory {percent(stalled)} of the time "
+                              "(PSI full)", "stall"))
+        else:
+            out.append(signal("host_memory", {}, "RigHostMemoryPressure", pressure, None, None,
+                              t.host_memory_full_stall_ratio, "ratio",
+                              f"memory stalls (PSI full): {c.not_filled(window)}", "stall"))
+
+    # RigCpuHot
+    cpu_hot = (Stage("warning", t.cpu_hot_for_seconds),)
+    if host.cpu_temperatures_celsius:
+        sensor, hottest = max(host.cpu_temperatures_celsius.items(), key=lambda kv: kv[1])
+        out.append(signal("cpu_temperature", {}, "RigCpuHot", cpu_hot,
+                          hottest >= t.cpu_temperature_celsius, hottest,
+                          t.cpu_temperature_celsius, "celsius", f"CPU {sensor} {hottest:.0f} °C"))
+    else:
+        out.append(signal("cpu_temperature", {}, "RigCpuHot", cpu_hot, None, None,
+                          t.cpu_temperature_celsius, "celsius",
+                          f"no CPU temperature sensor ({', '.join(CPU_SENSOR_CHIPS)})"))
+    return out
+
+
+def source_signals(c: Context) -> list[Signal]:
+    """RigExporterSourceDown: the sources other than engines (those have engine_up).
+
+    One line for those that answer, and one per source that does not."""
+    stages = (Stage("warning", c.t.source_down_for_seconds),)
+    results = [r for name, r in c.view.results.items() if not name.startswith("engine/")]
+    out = [signal("exporter_source", {"source": r.name}, "RigExporterSourceDown", stages, True,
+                  0.0, None, "bool", f"cannot read {r.name}: {r.error}")
+           for r in results if not r.up]
+    answered = [r for r in results if r.up]
+    if answered:
+        out.append(signal("exporter_source", {}, "RigExporterSourceDown", stages, False,
+                          float(len(answered)), None, "sources",
+                          ", ".join(f"{r.name} read in {r.duration_seconds * 1000:.0f} ms"
+                                    for r in answered)))
+    return out

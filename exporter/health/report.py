@@ -1,0 +1,110 @@
+"""What a health check says, and the verdict over all of them (the /api/health JSON).
+
+A `Signal` is one rule's condition judged now; the monitor turns it into a
+`Check` by applying the rule's hold time (`for`) as the exporter has watched it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+
+class Status(StrEnum):
+    OK = "ok"
+    WARN = "warn"
+    CRIT = "crit"
+    UNKNOWN = "unknown"
+
+    @property
+    def rank(self) -> int:
+        """Worst first: crit, warn, unknown, ok."""
+        return _RANK[self]
+
+
+_RANK = {Status.OK: 0, Status.UNKNOWN: 1, Status.WARN: 2, Status.CRIT: 3}
+# A rule's severity when it fires; info (RigGpuPowerCapped) is expected, not trouble.
+SEVERITY_STATUS = {"critical": Status.CRIT, "warning": Status.WARN, "info": Status.OK}
+
+
+@dataclass(frozen=True)
+class Stage:
+    """One severity of a rule and its hold time: the rule fires once its
+    condition has held for `hold_seconds`."""
+
+    severity: str
+    hold_seconds: float
+
+
+@dataclass(frozen=True)
+class Signal:
+    """One rule's condition, judged on the present snapshot and the history.
+
+    `holds` is None when it cannot be told (a window not yet filled, a reading
+    missing); then `reason` says why. `stages` come from the rule, mildest first.
+    """
+
+    check: str
+    labels: dict[str, str]
+    alert: str
+    stages: tuple[Stage, ...]
+    holds: bool | None
+    value: float | None
+    threshold: float | None
+    unit: str
+    reason: str
+    signal: str = ""  # tells apart two conditions of one check (as the rules' `signal`)
+    #: The hold is part of the condition: a queue, a full KV pool or L2 pool, a long
+    #: prefill with none running are normal moments of a busy rig; only lasting
+    #: for the rule's `for` makes them trouble.
+    sustained: bool = False
+
+
+@dataclass(frozen=True)
+class Check:
+    name: str
+    status: Status
+    value: float | None
+    threshold: float | None
+    unit: str
+    reason: str
+    labels: dict[str, str] = field(default_factory=dict)
+    alert: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "name": self.name, "status": self.status.value, "value": self.value,
+            "threshold": self.threshold, "unit": self.unit, "reason": self.reason,
+            "labels": self.labels, "alert": self.alert,
+        }
+
+
+@dataclass(frozen=True)
+class Report:
+    checks: tuple[Check, ...]
+    time: float  # Unix seconds of the snapshot judged
+    watched_seconds: float  # how much history the windows had
+
+    @property
+    def status(self) -> Status:
+        """The worst of warn and crit; else ok if anything is ok; else unknown."""
+        worst = max((c.status for c in self.checks), key=lambda s: s.rank, default=None)
+        if worst in (Status.CRIT, Status.WARN):
+            return worst
+        if any(c.status is Status.OK for c in self.checks):
+            return Status.OK
+        return Status.UNKNOWN
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "status": self.status.value,
+            "time": self.time,
+            "watched_seconds": self.watched_seconds,
+            "checks": [c.to_json() for c in self.checks],
+        }
+
+
+def worst_first(checks: list[Check]) -> tuple[Check, ...]:
+    return tuple(sorted(checks, key=lambda c: (-c.status.rank, c.name,
+                                               sorted(c.labels.items()))))

@@ -1,0 +1,228 @@
+"""Prometheus and Alertmanager on loopback, for `rigctl demo` and the end-to-end
+tests: each in its own temporary directory and process group, on a free port.
+
+Prometheus' config is `deploy/prometheus.yml` with its file_sd directory, rule
+file and Alertmanager pointed at the temporary ones and 1 s intervals; the rules
+(`alerts/generate.py`) and `alerts/alertmanager.yml` are time-scaled copies
+(`alerts/timescale.py`); Alertmanager's webhooks go to a `WebhookReceiver`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import time
+import urllib.parse
+import urllib.request
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+from aiohttp import web
+
+from alerts.generate import render
+from alerts.timescale import scaled_alertmanager
+from exporter.thresholds import Thresholds
+
+REPO = Path(__file__).resolve().parents[2]
+DEPLOY = REPO / "deploy"
+ALERTMANAGER_CONFIG = REPO / "alerts" / "alertmanager.yml"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Process:
+    """A real process in its own session, logging to a file; `stop` ends its group."""
+
+    def __init__(self, name: str, argv: list[str], log: Path, cwd: Path | None = None,
+                 env: dict[str, str] | None = None) -> None:
+        self.name = name
+        self.log_path = log
+        with open(log, "w") as out:
+            self.popen = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT,
+                                          cwd=cwd, env=env, start_new_session=True)
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def stop(self) -> None:
+        if self.popen.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.popen.pid, signal.SIGTERM)
+            try:
+                self.popen.wait(10)
+            except subprocess.TimeoutExpired:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(self.popen.pid, signal.SIGKILL)
+                self.popen.wait(5)
+
+
+def wait_ready(url: str, process: Process, timeout: float = 30) -> None:
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            with urllib.request.urlopen(url, timeout=2):
+                return
+        except OSError:
+            assert process.popen.poll() is None, f"{process.name} exited:\n{process.log()}"
+            assert time.monotonic() < deadline, f"{process.name} not ready:\n{process.log()}"
+            time.sleep(0.1)
+
+
+def tool(name: str) -> str:
+    path = shutil.which(name)
+    assert path, f"{name} not found: run ./setup.sh (Debian packages)"
+    return path
+
+
+# --------------------------------------------------------------------- receiver
+@dataclass(frozen=True)
+class Notification:
+    arrived: float  # time.monotonic()
+    path: str  # /page or /notify: which receiver
+    payload: dict[str, Any]
+
+    @property
+    def status(self) -> str:
+        return self.payload["status"]
+
+
+class WebhookReceiver:
+    """Alertmanager's webhook target; keeps every notification with its arrival time."""
+
+    def __init__(self, on_notification: Callable[[Notification], None] | None = None) -> None:
+        self.notifications: list[Notification] = []
+        self.on_notification = on_notification
+        self.url = ""
+        self._runner: web.AppRunner | None = None
+
+    async def start(self) -> None:
+        app = web.Application()
+        app.router.add_post("/{path:.*}", self._receive)
+        self._runner = web.AppRunner(app)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, "127.0.0.1", 0)
+        await site.start()
+        host, port = self._runner.addresses[0][:2]
+        self.url = f"http://{host}:{port}"
+
+    async def stop(self) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()
+
+    async def _receive(self, request: web.Request) -> web.Response:
+        notification = Notification(time.monotonic(), request.path, await request.json())
+        self.notifications.append(notification)
+        if self.on_notification is not None:
+            self.on_notification(notification)
+        return web.Response()
+
+
+# --------------------------------------------------------------------- Prometheus + AM
+@dataclass
+class Monitoring:
+    """Prometheus and Alertmanager with the time-scaled rules and routing."""
+
+    workdir: Path
+    time_scale: float
+    receiver_url: str
+    # Stall lengths compress by this instead, if set (alerts/timescale.py).
+    stall_scale: float | None = None
+    prometheus: Process | None = None
+    alertmanager: Process | None = None
+    prometheus_url: str = ""
+    alertmanager_url: str = ""
+
+    @property
+    def targets_dir(self) -> Path:
+        return self.workdir / "targets"
+
+    def write_targets(self, targets: Sequence[tuple[str, str]]) -> None:
+        """One file_sd file per (rig name, exporter address), as deploy/targets/ shows."""
+        self.targets_dir.mkdir(parents=True, exist_ok=True)
+        for rig, address in targets:
+            (self.targets_dir / f"{rig}.yml").write_text(yaml.safe_dump(
+                [{"targets": [address], "labels": {"rig": rig}}]))
+
+    def start(self, remote_write_url: str | None = None) -> None:
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        self.targets_dir.mkdir(exist_ok=True)
+        self._start_alertmanager()
+        self._start_prometheus(remote_write_url)
+
+    def _start_alertmanager(self) -> None:
+        directory = self.workdir / "alertmanager"
+        directory.mkdir()
+        config = scaled_alertmanager(yaml.safe_load(ALERTMANAGER_CONFIG.read_text()),
+                                     self.time_scale)
+        for receiver in config["receivers"]:
+            for hook in receiver.get("webhook_configs", []):
+                hook["url"] = self.receiver_url + urllib.parse.urlsplit(hook["url"]).path
+        config["templates"] = [str(ALERTMANAGER_CONFIG.parent / t) for t in config["templates"]]
+        (directory / "alertmanager.yml").write_text(yaml.safe_dump(config, sort_keys=False))
+        port = free_port()
+        self.alertmanager_url = f"http://127.0.0.1:{port}"
+        self.alertmanager = Process(
+            "alertmanager",
+            [tool("prometheus-alertmanager"), f"--config.file={directory / 'alertmanager.yml'}",
+             f"--storage.path={directory / 'data'}", f"--web.listen-address=127.0.0.1:{port}",
+             "--cluster.listen-address=", "--log.level=debug"],
+            directory / "alertmanager.log",
+        )
+        wait_ready(self.alertmanager_url + "/-/ready", self.alertmanager)
+
+    def _start_prometheus(self, remote_write_url: str | None) -> None:
+        directory = self.workdir / "prometheus"
+        directory.mkdir()
+        rules = directory / "rig-rules.yaml"
+        rules.write_text(render(Thresholds(), time_scale=self.time_scale,
+                                stall_scale=self.stall_scale))
+        config = yaml.safe_load((DEPLOY / "prometheus.yml").read_text())
+        config["global"] = {"scrape_interval": "1s", "evaluation_interval": "1s"}
+        config["rule_files"] = [str(rules)]
+        am = urllib.parse.urlsplit(self.alertmanager_url).netloc
+        config["alerting"]["alertmanagers"][0]["static_configs"] = [{"targets": [am]}]
+        job = config["scrape_configs"][0]
+        job["scrape_timeout"] = "1s"
+        job["file_sd_configs"] = [{"files": [str(self.targets_dir / "*.yml")],
+                                   "refresh_interval": "1s"}]
+        if remote_write_url:
+            config["remote_write"] = [{"url": remote_write_url,
+                                       "queue_config": {"batch_send_deadline": "1s"}}]
+        (directory / "prometheus.yml").write_text(yaml.safe_dump(config, sort_keys=False))
+        port = free_port()
+        self.prometheus_url = f"http://127.0.0.1:{port}"
+        self.prometheus = Process(
+            "prometheus",
+            [tool("prometheus"), f"--config.file={directory / 'prometheus.yml'}",
+             f"--storage.tsdb.path={directory / 'data'}",
+             f"--web.listen-address=127.0.0.1:{port}"],
+            directory / "prometheus.log",
+        )
+        wait_ready(self.prometheus_url + "/-/ready", self.prometheus)
+
+    def stop(self) -> None:
+        for process in (self.prometheus, self.alertmanager):
+            if process is not None:
+                process.stop()
+
+    def alerts(self) -> list[dict[str, Any]]:
+        """Prometheus' pending and firing alerts (its /api/v1/alerts)."""
+        with urllib.request.urlopen(self.prometheus_url + "/api/v1/alerts", timeout=10) as reply:
+            return json.load(reply)["data"]["alerts"]
+
+    def query(self, promql: str) -> list[dict[str, Any]]:
+        url = self.prometheus_url + "/api/v1/query?" + urllib.parse.urlencode({"query": promql})
+        with urllib.request.urlopen(url, timeout=10) as response:
+            return json.load(response)["data"]["result"]

@@ -1,0 +1,99 @@
+"""deploy/: the systemd unit (hardening, systemd-analyze verify) and the Prometheus
+config for many rigs (promtool check config)."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parents[2]
+DEPLOY = REPO / "deploy"
+UNIT = DEPLOY / "rig-exporter.service"
+
+
+def parse_unit(text: str) -> dict[str, dict[str, list[str]]]:
+    """systemd's unit syntax: [Section], Key=value, a key may repeat; # and ; comment."""
+    sections: dict[str, dict[str, list[str]]] = {}
+    current = None
+    for line in text.splitlines():
+        line = line.strip()
+        if not line or line[0] in "#;":
+            continue
+        if line.startswith("["):
+            current = sections.setdefault(line.strip("[]"), {})
+            continue
+        assert current is not None, f"key outside a section: {line}"
+        key, sep, value = line.partition("=")
+        assert sep, f"not Key=value: {line}"
+        current.setdefault(key.strip(), []).append(value.strip())
+    return sections
+
+
+def test_unit_runs_as_a_dedicated_unprivileged_user() -> None:
+    service = parse_unit(UNIT.read_text())["Service"]
+    assert service["User"] == ["rig-exporter"] and service["Group"] == ["rig-exporter"]
+    assert service["NoNewPrivileges"] == ["yes"]
+    assert service["CapabilityBoundingSet"] == [""]
+    assert service["Restart"] == ["on-failure"]
+
+
+def test_unit_sees_the_system_read_only() -> None:
+    service = parse_unit(UNIT.read_text())["Service"]
+    assert service["ProtectSystem"] == ["strict"]
+    assert service["ProtectHome"] == ["yes"]
+    assert service["PrivateTmp"] == ["yes"]
+    read_only = " ".join(service["ReadOnlyPaths"]).split()
+    # /sys (amdgpu), /proc (host), SGLang's metrics dir (optional: "-" prefix).
+    assert {"/sys", "/proc", "-/run/sglang-prom"} <= set(read_only)
+    assert "ReadWritePaths" not in service
+
+
+def test_unit_starts_the_installed_exporter_with_a_config_file() -> None:
+    service = parse_unit(UNIT.read_text())["Service"]
+    (exec_start,) = service["ExecStart"]
+    assert exec_start.startswith("/opt/rig-telemetry/.venv/bin/rig-exporter ")
+    assert "--config.file=" in exec_start
+    assert parse_unit(UNIT.read_text())["Install"]["WantedBy"] == ["multi-user.target"]
+
+
+@pytest.mark.skipif(shutil.which("systemd-analyze") is None,
+                    reason="systemd-analyze not installed: the parse tests above stand in")
+def test_systemd_analyze_verify(tmp_path: Path) -> None:
+    # verify checks that ExecStart exists: point it at this checkout's exporter.
+    exporter = Path(sys.executable).with_name("rig-exporter")
+    assert exporter.exists(), exporter
+    unit = tmp_path / UNIT.name
+    unit.write_text(UNIT.read_text().replace("/opt/rig-telemetry/.venv/bin/rig-exporter",
+                                             str(exporter)))
+    result = subprocess.run(["systemd-analyze", "verify", str(unit)], capture_output=True,
+                            text=True, timeout=60, check=False)
+    output = result.stdout + result.stderr
+    assert result.returncode == 0, output
+    # Unknown or misspelt directives are only warned about ("ignoring"): fail on them.
+    assert not re.search(r"Unknown|ignoring|Invalid|Failed", output), output
+
+
+def test_prometheus_config_for_many_rigs_passes_promtool(tmp_path: Path) -> None:
+    config = yaml.safe_load((DEPLOY / "prometheus.yml").read_text())
+    (job,) = config["scrape_configs"]
+    (sd,) = job["file_sd_configs"]
+    assert sd["files"] == ["/etc/prometheus/rig/targets/*.yml"]
+    targets = yaml.safe_load((DEPLOY / "targets" / "rigs.yml").read_text())
+    assert all("rig" in group["labels"] for group in targets)
+    # The installed layout, rebuilt under tmp_path: rules and targets where it expects them.
+    config["rule_files"] = [str(REPO / "alerts" / "rig-rules.yaml")]
+    sd["files"] = [str(DEPLOY / "targets" / "*.yml")]
+    path = tmp_path / "prometheus.yml"
+    path.write_text(yaml.safe_dump(config))
+    promtool = shutil.which("promtool")
+    assert promtool, "promtool not found: run ./setup.sh"
+    result = subprocess.run([promtool, "check", "config", str(path)], capture_output=True,
+                            text=True, timeout=60, check=False)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "rules found" in result.stdout, result.stdout

@@ -1,0 +1,74 @@
+"""Past one Prometheus: Prometheus scrapes a simulated rig through deploy/'s file_sd
+layout and remote-writes to VictoriaMetrics (Debian's `victoria-metrics`, on
+loopback, in a temporary directory); the rig's series come back from
+VictoriaMetrics' PromQL API with their `rig` label.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import time
+import urllib.parse
+import urllib.request
+from pathlib import Path
+
+from exporter.rigctl.stack import Monitoring, Process, free_port, tool, wait_ready
+from tests.e2e.stack import LoopThread, SimRig
+
+TIME_SCALE = 10.0
+
+
+def vm_query(url: str, promql: str) -> list[dict]:
+    query = urllib.parse.urlencode({"query": promql})
+    with urllib.request.urlopen(f"{url}/api/v1/query?{query}", timeout=10) as response:
+        body = json.load(response)
+    assert body["status"] == "success", body
+    return body["data"]["result"]
+
+
+def test_remote_write_to_victoria_metrics_and_read_back(tmp_path: Path) -> None:
+    with contextlib.ExitStack() as stack:
+        port = free_port()
+        vm_url = f"http://127.0.0.1:{port}"
+        victoria = Process(
+            "victoria-metrics",
+            [tool("victoria-metrics"), f"-storageDataPath={tmp_path / 'vm'}",
+             f"-httpListenAddr=127.0.0.1:{port}", "-retentionPeriod=1d",
+             # Points are queryable at once instead of after the default 30 s.
+             "-search.latencyOffset=0s", "-search.disableCache"],
+            tmp_path / "victoria-metrics.log",
+        )
+        stack.callback(victoria.stop)
+        wait_ready(vm_url + "/health", victoria)
+
+        loop = LoopThread()
+        stack.callback(loop.stop)
+        rig = SimRig("remote", tmp_path / "rig", TIME_SCALE, stall_scale=TIME_SCALE)
+        rig.workdir.mkdir()
+        loop.run(rig.start_engine())
+        stack.callback(lambda: loop.run(rig.server.stop()))
+        rig.write_files()
+        rig.start_exporter()
+        stack.callback(rig.exporter.stop)
+
+        monitoring = Monitoring(tmp_path / "monitoring", TIME_SCALE,
+                                receiver_url="http://127.0.0.1:9")
+        stack.callback(monitoring.stop)
+        monitoring.start(remote_write_url=vm_url + "/api/v1/write")
+        monitoring.write_targets([(rig.name, rig.exporter_address)])
+
+        deadline = time.monotonic() + 90
+        while True:
+            cards = vm_query(vm_url, 'rig_gpu_present{rig="remote"}')
+            engines = vm_query(vm_url, 'rig_engine_running_requests{rig="remote"}')
+            if len(cards) == 2 and engines:
+                break
+            assert time.monotonic() < deadline, (
+                f"not in VictoriaMetrics: {cards} {engines}\n{victoria.log()[-2000:]}")
+            time.sleep(1)
+        assert {c["metric"]["card"] for c in cards} == {"card1", "card2"}
+        assert all(c["metric"]["job"] == "rig" and c["value"][1] == "1" for c in cards)
+        assert engines[0]["metric"]["name"] == "main" and engines[0]["value"][1] == "2"
+        # A recording rule's output travels too: the store holds what the alerts use.
+        assert vm_query(vm_url, 'instance:rig_host_memory_available:ratio{rig="remote"}')

@@ -1,0 +1,1 @@
+"""Tests of the health checks (/api/health) and their history."""
