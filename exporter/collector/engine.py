@@ -77,6 +77,12 @@ def _(reading: EngineReading) -> Iterator[Metric]:
             yield family
     if reading.stall is not None:
         yield from _stall_families(ids, reading.stall)
+    if reading.stall_resolution_seconds is not None:
+        resolution = gauge("engine_decode_stall_resolution_seconds",
+                           "The stall tracker's poll interval in force (set by the "
+                           "engine-cost budget when it reads /metrics).", LABELS)
+        resolution.add_metric(ids, reading.stall_resolution_seconds)
+        yield resolution
 
 
 def _stall_families(ids: list[str], stall: StallState) -> Iterable[Metric]:

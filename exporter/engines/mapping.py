@@ -40,6 +40,9 @@ class Rule:
     #: "sum" adds DP ranks (and streaming/non-streaming, tiers' sources, ...);
     #: "max" is for ratios, where a sum across ranks means nothing (reference §2.5).
     combine: str = "sum"
+    #: Written by every TP rank; without a `tp_rank` label the multiprocess registry
+    #: has added the ranks up, so the value is divided by tp_size.
+    per_tp_rank: bool = False
 
 
 @dataclass(frozen=True)
@@ -78,8 +81,12 @@ SGLANG = EngineTable(
         _SGLANG_RUNNING,
         Rule("queued_requests", "gauge", _one("num_queue_reqs", where=_TOTAL_PRIORITY)),
         # kv_cache_usage_perc in the newest docs, token_usage before (reference §3.1).
+        # On hybrid (Mamba) models token_usage is max(full, mamba) (0.5.10
+        # scheduler_metrics_mixin.py, 0.5.23 pool_stats_observer.py); full_token_usage
+        # (0.5.10 on) is the KV pool alone, which is what RigKVPoolSaturated means.
         Rule("kv_usage_ratio", "gauge",
-             (Upstream("kv_cache_usage_perc"), Upstream("token_usage")), combine="max"),
+             (Upstream("kv_cache_usage_perc"), Upstream("full_token_usage"),
+              Upstream("token_usage")), combine="max"),
         Rule("kv_capacity_tokens", "gauge", _one("max_total_num_tokens")),
         Rule("prompt_tokens_total", "counter", _one("prompt_tokens_total")),
         Rule("generation_tokens_total", "counter", _one("generation_tokens_total")),
@@ -96,9 +103,15 @@ SGLANG = EngineTable(
         )),
         Rule("hicache_host_used_tokens", "gauge", _one("hicache_host_used_tokens")),
         Rule("hicache_host_capacity_tokens", "gauge", _one("hicache_host_total_tokens")),
-        Rule("hicache_evicted_tokens_total", "counter", _one("evicted_tokens_total")),
-        Rule("hicache_loaded_back_tokens_total", "counter", _one("load_back_tokens_total")),
-        Rule("hicache_backed_up_tokens_total", "counter", _one("hicache_backup_tokens_total")),
+        # RadixCacheMetricsCollector: only `cache_type` (and extra) labels from 0.5.6 to
+        # 0.5.20, a `tp_rank` from 0.5.21 (base_prefix_cache.py / metrics_collector.py,
+        # read in the wheels): before, TP2 reads double.
+        Rule("hicache_evicted_tokens_total", "counter", _one("evicted_tokens_total"),
+             per_tp_rank=True),
+        Rule("hicache_loaded_back_tokens_total", "counter", _one("load_back_tokens_total"),
+             per_tp_rank=True),
+        Rule("hicache_backed_up_tokens_total", "counter", _one("hicache_backup_tokens_total"),
+             per_tp_rank=True),
         Rule("hicache_storage_prefetched_tokens_total", "counter",
              _one("prefetched_tokens_total")),
         Rule("hicache_storage_written_tokens_total", "counter", _one("backuped_tokens_total")),

@@ -48,7 +48,8 @@ def wanted_names(table: EngineTable, rules: Iterable[Rule]) -> frozenset[str]:
                      for prefix in table.prefixes)
 
 
-def normalise(exposition: Exposition, table: EngineTable) -> EngineMetrics:
+def normalise(exposition: Exposition, table: EngineTable, tp_size: int = 1) -> EngineMetrics:
+    """`tp_size` (from server_info) undoes the multiprocess sum of rank-less families."""
     metrics = EngineMetrics()
     for rule in table.rules:
         found = _first_upstream(exposition, table, rule, metrics.problems)
@@ -66,7 +67,11 @@ def normalise(exposition: Exposition, table: EngineTable) -> EngineMetrics:
         else:
             total = _aggregate(samples, rule.combine, lambda s: "")
             if total:
-                metrics.values[rule.family] = total[""]
+                value = total[""]
+                if rule.per_tp_rank and tp_size > 1 and not any(
+                        "tp_rank" in s.labels for s in samples):
+                    value /= tp_size
+                metrics.values[rule.family] = value
     return metrics
 
 
@@ -76,6 +81,11 @@ def scalar(exposition: Exposition, table: EngineTable, rule: Rule) -> float | No
     if found is None:
         return None
     return _aggregate(found[1], rule.combine, lambda s: "").get("")
+
+
+def combine_ranks(samples: list[Sample], combine: str = "sum") -> float | None:
+    """One value from samples of one family: max over replica ranks, `combine` the rest."""
+    return _aggregate(samples, combine, lambda s: "").get("")
 
 
 def _first_upstream(

@@ -24,6 +24,13 @@ from exporter.engines.info import EngineInfo, fetch_info
 from exporter.engines.mapping import TABLES
 from exporter.engines.normalise import EngineMetrics, normalise, wanted_names
 from exporter.engines.stall import StallPoller, StallState
+from exporter.engines.stall_readers import (
+    CounterReader,
+    MetricsBody,
+    MetricsReader,
+    MultiprocReader,
+)
+from exporter.engines.stall_signals import plan_for
 from exporter.sources.base import SourceError
 
 log = logging.getLogger(__name__)
@@ -41,6 +48,8 @@ class EngineReading:
     metrics: EngineMetrics
     info: EngineInfo | None
     stall: StallState | None
+    #: The stall tracker's poll interval in force; None while it does not track.
+    stall_resolution_seconds: float | None = None
 
 
 class EngineSource:
@@ -57,6 +66,8 @@ class EngineSource:
         self._info_asked_at = -INFO_RETRY_SECONDS
         self._info_error: str | None = None
         self._problems: tuple[str, ...] = ()
+        self.body = MetricsBody(self._get_metrics)
+        self._stall_reader: CounterReader | None = None
 
     async def start(self) -> None:
         # One session per engine, shared by scrapes, the stall tracker and the probe.
@@ -69,10 +80,8 @@ class EngineSource:
             headers={"Accept-Encoding": "identity"},
         )
         self._refresh_info_if_due()
-        if self.config.stall_tracker:
-            self.stall = StallPoller(self.read_metrics_text, self.table,
-                                     self.config.stall_poll_interval_seconds)
-            self._stall_task = asyncio.create_task(self.stall.run(),
+        if self.config.stall_tracker and self.config.kind == "sglang":
+            self._stall_task = asyncio.create_task(self._track(),
                                                    name=f"stall tracker {self.config.name}")
 
     async def close(self) -> None:
@@ -81,13 +90,45 @@ class EngineSource:
                 task.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
+        if self._stall_reader is not None:
+            self._stall_reader.close()
         if self.session is not None:
             await self.session.close()
 
-    async def read_metrics_text(self) -> str:
+    async def _track(self) -> None:
+        """Wait for the engine's version, choose the signals and the reader once, track."""
+        while self._info is None:
+            self._refresh_info_if_due()
+            if self._info_task is not None and not self._info_task.done():
+                # asyncio.wait: cancelling this wait leaves the info task to close().
+                await asyncio.wait({self._info_task})
+            if self._info is None:
+                await asyncio.sleep(INFO_RETRY_SECONDS / 10)
+        plan = plan_for(self._info.version)
+        if plan is None:
+            log.warning("engine %s: SGLang %r is not a release the stall tracker was "
+                        "checked against (0.5.5 and later): rig_engine_decode_stall_* "
+                        "stay absent", self.config.name, self._info.version)
+            return
+        interval = self.config.stall_poll_interval_seconds
+        if self.config.metrics_dir:
+            reader: CounterReader = MultiprocReader(self.config.metrics_dir, interval)
+        else:
+            reader = MetricsReader(self.body, interval)
+        self._stall_reader = reader
+        self.stall = StallPoller(reader, plan)
+        log.info("engine %s: stall tracker on SGLang %s (signals for %s) reads %s",
+                 self.config.name, self._info.version, plan.releases, reader.how)
+        await self.stall.run()
+
+    async def _get_metrics(self) -> str:
         if self.session is None:
             raise SourceError("engine source not started")
         return await get_text(self.session, self.config.url + "/metrics")
+
+    async def read_metrics_text(self) -> str:
+        """A body at most a second old: the tracker's, or a fresh one (DESIGN §1)."""
+        return await self.body.recent()
 
     async def read(self) -> EngineReading:
         self._refresh_info_if_due()
@@ -104,7 +145,7 @@ class EngineSource:
         if exposition.type_lines == 0:
             raise SourceError(f"GET {self.config.url}/metrics: no '# TYPE' line, not a "
                               f"Prometheus exposition: {text[:80]!r}")
-        metrics = normalise(exposition, self.table)
+        metrics = normalise(exposition, self.table, self._tp_size())
         if exposition.malformed:
             family, line = exposition.malformed[0]
             problems.append(f"{len(exposition.malformed)} malformed line(s) skipped, "
@@ -112,7 +153,15 @@ class EngineSource:
         metrics.problems[:0] = problems
         self._log_problems(tuple(metrics.problems))
         stall = self.stall.state() if self.stall is not None else None
-        return EngineReading(self.config.kind, self.config.name, metrics, self._info, stall)
+        resolution = self.stall.resolution_seconds() if self.stall is not None else None
+        return EngineReading(self.config.kind, self.config.name, metrics, self._info, stall,
+                             resolution)
+
+    def _tp_size(self) -> int:
+        try:
+            return max(1, int(self._info.tp_size)) if self._info is not None else 1
+        except ValueError:
+            return 1
 
     def _log_problems(self, problems: tuple[str, ...]) -> None:
         # Once per change, not once per scrape.
@@ -135,9 +184,8 @@ class EngineSource:
     async def _refresh_info(self) -> None:
         assert self.session is not None
         try:
-            self._info = await asyncio.wait_for(
-                fetch_info(self.session, self.config.url, self.config.kind),
-                INFO_TIMEOUT_SECONDS)
+            async with asyncio.timeout(INFO_TIMEOUT_SECONDS):  # not wait_for: issue #7
+                self._info = await fetch_info(self.session, self.config.url, self.config.kind)
         except (SourceError, TimeoutError) as exc:
             error = str(exc) or f"no answer within {INFO_TIMEOUT_SECONDS:g} s"
             if error != self._info_error:

@@ -1,14 +1,13 @@
-"""The decode stall tracker: at 4 Hz, is decode moving while requests are running?
+"""The decode stall tracker: is decode moving while requests are in flight?
 
-SGLang's gauges refresh only every 40 decode batches or on a prefill batch, so the
-tracker follows a counter (DESIGN §3): `cuda_graph_passes_total{mode=~"decode_.*"}`
-moves once per decode batch (reference/sglang-metrics.md §3.3). While requests run
-and the counter stands still, a stall is under way. Not stalls: a counter that goes
-down (the engine restarted), an engine that does not answer (rig_source_up says
-that), and an engine with nothing running.
+What counts as decode progress and as requests in flight depends on the SGLang
+release (`stall_signals.py`); where the counters come from depends on the reader
+(`stall_readers.py`). While requests are in flight and progress stands still, a stall
+is under way. Not stalls: progress that goes down (the engine restarted), an engine
+that does not answer (rig_source_up says that), and an engine with nothing in flight.
 
 A stall is measured from the last poll that saw progress to the last poll that saw
-none, so with polls every 0.25 s the error is within ±0.25 s either way.
+none, so the error is within one poll interval (the resolution) either way.
 """
 
 from __future__ import annotations
@@ -20,15 +19,17 @@ from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
-from exporter.engines.exposition import parse
-from exporter.engines.mapping import EngineTable
-from exporter.engines.normalise import scalar, wanted_names
+from exporter.engines.stall_readers import CounterReader
+from exporter.engines.stall_signals import ProgressView, SignalPlan
 from exporter.sources.base import SourceError
 
 log = logging.getLogger(__name__)
 
 #: rig_engine_decode_stall_max_seconds looks back this far (DESIGN §2).
 MAX_WINDOW_SECONDS = 60.0
+#: Shorter standstills are decode's own cadence (a mixed-chunk batch every 0.5 s, a
+#: slow token rate), not stalls; the alerts start at 2 s (stutter) and 10 s.
+MIN_STALL_SECONDS = 1.0
 
 
 @dataclass(frozen=True)
@@ -41,8 +42,10 @@ class StallState:
 class DecodeStallTracker:
     """The stall state machine. It never reads a clock: every observation says when."""
 
-    def __init__(self, window_seconds: float = MAX_WINDOW_SECONDS, history: int = 512) -> None:
+    def __init__(self, window_seconds: float = MAX_WINDOW_SECONDS, history: int = 512,
+                 min_stall_seconds: float = MIN_STALL_SECONDS) -> None:
         self.window_seconds = window_seconds
+        self.min_stall_seconds = min_stall_seconds
         self._counter: float | None = None  # None: no baseline (start, or after a gap)
         self._moved_at = 0.0  # the last poll at which decode was known not to be stalled
         self._stalled_to: float | None = None  # the last poll of the stall under way
@@ -78,7 +81,10 @@ class DecodeStallTracker:
         return StallState(current, max([current, *recent]), self._finished_seconds + current)
 
     def _current(self) -> float:
-        return 0.0 if self._stalled_to is None else self._stalled_to - self._moved_at
+        if self._stalled_to is None:
+            return 0.0
+        seconds = self._stalled_to - self._moved_at
+        return seconds if seconds >= self.min_stall_seconds else 0.0
 
     def _finish(self, ended_at: float) -> None:
         seconds = self._current()
@@ -89,56 +95,61 @@ class DecodeStallTracker:
 
 
 class StallPoller:
-    """The background task that feeds a DecodeStallTracker from the engine's /metrics.
+    """The background task that feeds a DecodeStallTracker from a CounterReader.
 
-    `read_metrics` returns the body (raising SourceError when the engine does not
-    answer); only the two families the tracker needs are parsed.
+    The reader (multiprocess files or /metrics under a budget) and the release's
+    signal plan are chosen once at start; this loop only asks, interprets and
+    observes. An observation is stamped when its answer arrives, since that is when
+    the counters were read: stamping the ask instead turned the time a poll waited on
+    a hung engine into a false stall on recovery (issue #7 problem 4).
     """
 
-    def __init__(self, read_metrics: Callable[[], Awaitable[str]], table: EngineTable,
-                 interval_seconds: float = 0.25,
-                 clock: Callable[[], float] = time.monotonic) -> None:
-        self.read_metrics = read_metrics
-        self.table = table
-        self.interval_seconds = interval_seconds
+    def __init__(self, reader: CounterReader, plan: SignalPlan,
+                 clock: Callable[[], float] = time.monotonic,
+                 timeout_seconds: float = 2.0,
+                 sleep: Callable[[float], Awaitable[None]] = asyncio.sleep) -> None:
+        self.reader = reader
+        self.view = ProgressView(plan)
         self.clock = clock
-        self.tracker = DecodeStallTracker()
-        self._wanted = wanted_names(table, (table.decode_progress, table.running))
+        self.sleep = sleep
         # A poll slower than this is an engine that does not answer, not a stall.
-        self.timeout_seconds = max(2.0, 4 * interval_seconds)
+        self.timeout_seconds = timeout_seconds
+        self.tracker = DecodeStallTracker()
 
     def state(self) -> StallState:
         return self.tracker.state(self.clock())
 
+    def resolution_seconds(self) -> float:
+        return self.reader.resolution_seconds()
+
     async def poll_once(self) -> None:
-        now = self.clock()
+        asked = self.clock()
         try:
-            text = await asyncio.wait_for(self.read_metrics(), self.timeout_seconds)
+            # asyncio.timeout, not wait_for: on 3.11 wait_for can swallow a
+            # cancellation that lands as the read completes (issue #7 problem 6).
+            async with asyncio.timeout(self.timeout_seconds):
+                counters = await self.reader.read()
         except (SourceError, TimeoutError):
-            self.tracker.observe_unreachable(now)
+            self.tracker.observe_unreachable(asked)
             return
-        exposition = parse(text, self._wanted)
-        if exposition.type_lines == 0:
-            self.tracker.observe_unreachable(now)
-            return
-        # A family the engine has not created yet is a counter still at zero
-        # (SGLang creates it on first use, reference §2.2): after a restart that
-        # reads as a reset, which is what it is.
-        progress = scalar(exposition, self.table, self.table.decode_progress) or 0.0
-        running = scalar(exposition, self.table, self.table.running) or 0.0
-        self.tracker.observe(now, progress, running)
+        now = self.clock()
+        if now - asked > self.timeout_seconds / 2:
+            # A slow answer is a body of unknown age within the wait: it may start a
+            # baseline but must not measure a stall.
+            self.tracker.observe_unreachable(asked)
+        progress = self.view.progress(counters)
+        self.tracker.observe(now, progress.decode, progress.in_flight)
 
     async def run(self) -> None:
-        loop = asyncio.get_running_loop()
-        next_poll = loop.time()
+        next_poll = self.clock()
         while True:
             try:
                 await self.poll_once()
             except Exception:  # a bug must not end tracking for the exporter's lifetime
                 log.exception("stall tracker poll failed")
                 self.tracker.observe_unreachable(self.clock())
-            next_poll += self.interval_seconds
-            delay = next_poll - loop.time()
+            next_poll += self.reader.resolution_seconds()
+            delay = next_poll - self.clock()
             if delay < 0:  # fell behind (a slow poll): keep the cadence, skip the backlog
-                next_poll, delay = loop.time(), 0.0
-            await asyncio.sleep(delay)
+                next_poll, delay = self.clock(), 0.0
+            await self.sleep(delay)

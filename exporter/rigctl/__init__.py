@@ -3,11 +3,13 @@
 commands:
   health   is the rig healthy? one line per check, worst first (reads the exporter)
   probe    send one streaming request to an engine now and time every token gap
+  bench    the starvation and concurrency experiments, for A/B tests of scheduler flags
 
 examples:
   rigctl health
   rigctl health --prometheus http://127.0.0.1:9090 --watch 5
   rigctl probe --engine http://127.0.0.1:30000
+  rigctl bench starvation --engine http://127.0.0.1:30000 --label default --out ab.jsonl
 
 `rigctl COMMAND --help` says more about each. One module per subcommand; each
 has `add_parser(commands)` and `run(args, out)`.
@@ -20,10 +22,10 @@ from collections.abc import Sequence
 from typing import TextIO
 
 from exporter import __version__
-from exporter.rigctl import health, probe
+from exporter.rigctl import bench, health, probe
 from exporter.rigctl.common import EXIT_CODES, Parser, help_formatter
 
-SUBCOMMANDS = (health, probe)
+SUBCOMMANDS = (health, probe, bench)
 
 
 def build_parser() -> Parser:

@@ -4,10 +4,15 @@ HTTP client, and the terminal's colours."""
 from __future__ import annotations
 
 import argparse
+import base64
 import json
+import os
+import ssl
 import sys
 import urllib.error
 import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, TextIO
 from urllib.parse import urlsplit
 
@@ -57,9 +62,59 @@ class Unreachable(Exception):
     """A server did not answer usefully; str() names the URL and the reason."""
 
 
-def get_json(url: str, timeout: float) -> Any:
+@dataclass(frozen=True)
+class Access:
+    """How to reach an exporter behind `--web.config.file`: basic auth and a CA to trust."""
+
+    user: str | None = None
+    password: str = ""
+    ca_file: str | None = None
+
+    def request(self, url: str) -> urllib.request.Request:
+        request = urllib.request.Request(url)
+        if self.user is not None:
+            token = base64.b64encode(f"{self.user}:{self.password}".encode()).decode()
+            request.add_header("Authorization", f"Basic {token}")
+        return request
+
+    def tls(self) -> ssl.SSLContext | None:
+        return None if self.ca_file is None else ssl.create_default_context(cafile=self.ca_file)
+
+
+NO_ACCESS = Access()
+
+
+def add_access_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--user", metavar="USER",
+                        help="basic-auth user of an exporter behind --web.config.file")
+    parser.add_argument("--password-file", metavar="FILE",
+                        help="the user's password, first line of FILE (default: "
+                             "$RIGCTL_PASSWORD)")
+    parser.add_argument("--ca-file", metavar="FILE",
+                        help="CA certificate that signed the exporter's TLS certificate")
+
+
+def access_from_args(args: argparse.Namespace) -> Access:
+    """The Access the flags ask for; Unreachable when a file cannot be read."""
+    password = os.environ.get("RIGCTL_PASSWORD", "")
+    if args.password_file:
+        try:
+            password = Path(args.password_file).read_text().splitlines()[0]
+        except (OSError, IndexError) as exc:
+            raise Unreachable(f"--password-file {args.password_file}: cannot read a "
+                              f"password ({exc})") from exc
+    if args.ca_file:
+        try:
+            ssl.create_default_context(cafile=args.ca_file)
+        except (OSError, ssl.SSLError) as exc:
+            raise Unreachable(f"--ca-file {args.ca_file}: {exc}") from exc
+    return Access(args.user, password, args.ca_file)
+
+
+def get_json(url: str, timeout: float, access: Access = NO_ACCESS) -> Any:
     try:
-        with urllib.request.urlopen(url, timeout=timeout) as response:
+        with urllib.request.urlopen(access.request(url), timeout=timeout,
+                                    context=access.tls()) as response:
             return json.load(response)
     except urllib.error.HTTPError as exc:
         raise Unreachable(f"{url}: HTTP {exc.code} {exc.reason}") from exc

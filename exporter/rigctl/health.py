@@ -22,6 +22,8 @@ from exporter.rigctl.common import (
     EXIT_UNKNOWN,
     EXIT_WARNING,
     Unreachable,
+    access_from_args,
+    add_access_arguments,
     coloured,
     get_json,
     help_formatter,
@@ -73,6 +75,7 @@ def add_parser(commands: argparse._SubParsersAction) -> argparse.ArgumentParser:
                         help="with --watch: stop after N redraws")
     health.add_argument("--timeout", type=positive(float), default=10.0, metavar="SECONDS",
                         help="how long to wait for each server (default 10)")
+    add_access_arguments(health)
     return health
 
 
@@ -99,7 +102,7 @@ def run(args: argparse.Namespace, out: TextIO) -> int:
 def once(args: argparse.Namespace, out: TextIO) -> int:
     url = args.exporter + "/api/health"
     try:
-        report = get_json(url, args.timeout)
+        report = get_json(url, args.timeout, access_from_args(args))
     except Unreachable as exc:
         print(f"rigctl health: cannot reach the exporter: {exc}", file=sys.stderr)
         return EXIT_UNKNOWN

@@ -121,6 +121,9 @@ DRIVEN: dict[str, Renderer] = {
     "sglang:num_running_reqs": _each(lambda s, _: s.num_running_reqs()),
     "sglang:num_queue_reqs": _each(lambda s, _: s.num_queue_reqs()),
     "sglang:token_usage": _each(lambda s, _: s.kv_usage()),
+    # The KV pool alone (0.5.10 on), which the exporter prefers to token_usage (issue
+    # #7); the simulated engine has no separate Mamba pool, so the two agree.
+    "sglang:full_token_usage": _each(lambda s, _: s.kv_usage()),
     "sglang:max_total_num_tokens": _each(lambda s, _: s.max_total_num_tokens),
     "sglang:cuda_graph_passes_total": _each(_decode_or_prefill),
     "sglang:realtime_tokens_total": _each(lambda s, labels: s.realtime_tokens(labels["mode"])),

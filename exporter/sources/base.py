@@ -84,7 +84,11 @@ class BlockingRead:
 async def read_source(source: Source, deadline_seconds: float) -> SourceResult:
     started = time.monotonic()
     try:
-        reading = await asyncio.wait_for(source.read(), deadline_seconds)
+        # asyncio.timeout rather than wait_for: on Python 3.11 wait_for can swallow a
+        # cancellation that lands as the read completes, and the exporter then never
+        # stops (issue #7 problem 6).
+        async with asyncio.timeout(deadline_seconds):
+            reading = await source.read()
     except TimeoutError:
         error = f"no answer within {deadline_seconds:g} s"
     except SourceError as exc:

@@ -120,9 +120,14 @@ class SimThread:
         return self.loop.create_task(work)
 
     async def _tick(self) -> None:
+        batches = self.server.state.decode_batches()
         while True:
             advance(self.server.state, 0.5)
-            observe(self.server.blocks, 20, 0.5)
+            # Streamed tokens (the ITL histogram) move only while decode does: the
+            # stall tracker reads them as decode progress (issue #7).
+            decoded, batches = batches, self.server.state.decode_batches()
+            if batches != decoded:
+                observe(self.server.blocks, 20, 0.5)
             await asyncio.sleep(0.5)
 
     async def _agent(self, tap_url: str) -> None:

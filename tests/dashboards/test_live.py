@@ -29,7 +29,6 @@ RATE_INTERVAL = f"{4 * SCRAPE_SECONDS}s"
 # queries are only checked to parse; `test_not_yet_produced_is_absent` fails once
 # one appears, so that its queries are then held to returning data.
 NOT_YET_PRODUCED = {
-    "rig_engine_decode_stall_resolution_seconds": "the stall tracker's budget (issue #7)",
     # The host source reads CPU sensors through psutil from the real /sys, which
     # has no hwmon CPU chip here; the simulated rig cannot supply one yet (issue #8).
     "rig_host_cpu_temperature_celsius": "a CPU sensor in the simulated rig (issue #8)",
@@ -126,10 +125,13 @@ def test_not_yet_produced_is_absent(stack: Stack) -> None:
 
 
 def test_starvation_shows_on_the_gap_panels(stack: Stack) -> None:
-    """A 4 s decode pause with requests running reaches the token-gap panels."""
+    """An 8 s decode pause with requests running reaches the token-gap panels as at
+    least 3 s. The stall tracker reads /metrics here under a 2 % engine-render budget,
+    so it polls every render time / 0.018 (1-2 s for this body on a loaded 2-core
+    box; issue #7) and sees a pause to within that."""
     gaps = next(q for q in QUERIES
                 if q.panel.startswith("Longest token gap") and "stall_max" in q.expr)
-    stack.sim.call(lambda: stack.sim.server.state.pause_decode(4))
+    stack.sim.call(lambda: stack.sim.server.state.pause_decode(8))
     deadline = time.monotonic() + 60
     longest = 0.0
     while longest < 3 and time.monotonic() < deadline:

@@ -45,7 +45,7 @@ class TestSglangFixtures:
         assert m.values["running_requests"] == per_tp_max(text, "sglang:num_running_reqs")
         assert m.values["queued_requests"] == per_tp_max(text, "sglang:num_queue_reqs")
         assert m.values["kv_usage_ratio"] == max(
-            s.value for s in reference_samples(text, "sglang:token_usage"))
+            s.value for s in reference_samples(text, "sglang:full_token_usage"))
         # Capacity repeats on both TP ranks of fixture b: one value, never doubled.
         assert m.values["kv_capacity_tokens"] == per_tp_max(text, "sglang:max_total_num_tokens")
 

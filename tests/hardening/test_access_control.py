@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import base64
+import json
+import os
 import ssl
+import subprocess
+import sys
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -15,7 +19,7 @@ import trustme
 from exporter.config import ConfigError
 from exporter.web_security import load_web_security
 from tests.conftest import SYSFS_FIXTURE
-from tests.exporter_process import exporter_process
+from tests.exporter_process import REPO, exporter_process
 
 USER, PASSWORD = "prometheus", "correct horse battery staple"
 
@@ -112,3 +116,34 @@ def test_missing_web_config_file_exits_2_with_one_line(tmp_path: Path) -> None:
         assert exporter.process.wait(timeout=20) == 2
         assert "web.config_file" in exporter.log()
         assert "Traceback" not in exporter.log()
+
+
+def _rigctl(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "exporter.rigctl", *args], cwd=REPO,
+                          capture_output=True, text=True, timeout=60,
+                          env={**os.environ, "PYTHONPATH": str(REPO), **(env or {})})
+
+
+def test_rigctl_health_uses_the_same_credentials_and_ca(tmp_path: Path, ca: trustme.CA) -> None:
+    config = _web_config(tmp_path, ca, users=True)
+    ca_file = tmp_path / "ca.pem"
+    ca.cert_pem.write_to_path(str(ca_file))
+    password_file = tmp_path / "password"
+    password_file.write_text(PASSWORD + "\n")
+    client = ssl.create_default_context()
+    ca.configure_trust(client)
+    with exporter_process(tmp_path, "--web.config.file", str(config),
+                          "--sysfs.root", str(SYSFS_FIXTURE), "--no-collector.host",
+                          scheme="https", context=client) as exporter:
+        base = ("health", "--exporter", exporter.url, "--json")
+        untrusted = _rigctl(*base)
+        assert untrusted.returncode == 3 and "CERTIFICATE_VERIFY_FAILED" in untrusted.stderr
+        anonymous = _rigctl(*base, "--ca-file", str(ca_file))
+        assert anonymous.returncode == 3 and "HTTP 401" in anonymous.stderr
+        wrong = _rigctl(*base, "--ca-file", str(ca_file), "--user", USER,
+                        env={"RIGCTL_PASSWORD": "wrong"})
+        assert wrong.returncode == 3 and "HTTP 401" in wrong.stderr
+        allowed = _rigctl(*base, "--ca-file", str(ca_file), "--user", USER,
+                          "--password-file", str(password_file))
+        assert allowed.returncode in (0, 1, 2), allowed.stderr
+        assert json.loads(allowed.stdout)["checks"]

@@ -1,0 +1,160 @@
+"""`rigctl bench`: the owner's scheduler experiments, so a flag change is an A/B test.
+
+    rigctl bench starvation --engine http://127.0.0.1:30000 --label default --out ab.jsonl
+    # restart SGLang with --enable-mixed-chunk, then:
+    rigctl bench starvation --engine http://127.0.0.1:30000 --label mixed-chunk --out ab.jsonl
+    rigctl bench report ab.jsonl
+
+Exit status: 0 done, 2 the experiment failed mid-way, 3 it could not start
+(engine unreachable, context larger than the KV pool, bad arguments), 130
+interrupted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+from pathlib import Path
+from typing import Any, TextIO
+
+import aiohttp
+
+from exporter.bench.engine import APIS, EngineRefused
+from exporter.bench.report import ReportError, print_report, print_starvation, print_sweep
+from exporter.bench.starvation import StarvationSettings, run_starvation
+from exporter.bench.stream import StreamFailed
+from exporter.bench.sweep import SweepSettings, run_sweep
+from exporter.rigctl.common import (
+    EXIT_CRITICAL,
+    EXIT_OK,
+    EXIT_UNKNOWN,
+    help_formatter,
+    http_url,
+    positive,
+)
+
+EPILOG = """exit status: 0 done, 2 the experiment failed mid-way, 3 it could not start,
+130 interrupted. Interrupted (Ctrl-C), it first closes its streams, so the engine
+aborts their generations."""
+EXIT_INTERRUPTED = 130
+
+
+def add_parser(commands: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    bench = commands.add_parser(
+        "bench", help="run the starvation or concurrency experiment against an engine",
+        description=__doc__, formatter_class=help_formatter, epilog=EPILOG)
+    experiments = bench.add_subparsers(dest="experiment", required=True)
+
+    starvation = experiments.add_parser(
+        "starvation", epilog=EPILOG, formatter_class=help_formatter,
+        help="A decodes; B sends a fresh long prompt; measure A's longest gap and B's TTFT",
+        description="Agent A streams a long answer; --delay seconds after A's first token, "
+                    "agent B sends a fresh prompt of --context-tokens random token ids. "
+                    "Reports A's longest and p95 gap while B prefills, A's decode rate "
+                    "before and during B, and B's time to first token.")
+    _common(starvation)
+    starvation.add_argument("--context-tokens", type=positive(int), default=65536, metavar="N",
+                            help="B's prompt and A's context, in tokens (default 65536)")
+    starvation.add_argument("--a-context-tokens", type=positive(int), metavar="N",
+                            help="A's context if it differs (default: --context-tokens)")
+    starvation.add_argument("--delay", type=float, default=5.0, metavar="SECONDS",
+                            help="from A's first token to B's request (default 5)")
+    starvation.add_argument("--a-max-tokens", type=positive(int), default=4096, metavar="N",
+                            help="A's answer length; must outlast B's prefill (default 4096)")
+
+    sweep = experiments.add_parser(
+        "sweep", epilog=EPILOG, formatter_class=help_formatter,
+        help="ITL p50/p99, TTFT and throughput against concurrency",
+        description="For each concurrency, that many streams start together on fresh "
+                    "prompts; reports ITL p50 and p99, the longest gap, TTFT, and the "
+                    "aggregate prefill and decode rates.")
+    _common(sweep)
+    sweep.add_argument("--concurrency", default="1,2,4,8", type=_concurrency,
+                       help="comma-separated stream counts (default 1,2,4,8)")
+    sweep.add_argument("--context-tokens", type=positive(int), default=4096, metavar="N",
+                       help="each stream's prompt, in tokens (default 4096)")
+    sweep.add_argument("--max-new-tokens", type=positive(int), default=256, metavar="N",
+                       help="each stream's answer, in tokens (default 256)")
+
+    report = experiments.add_parser("report", help="print saved results side by side",
+                                    description="Print the results a JSON-lines file "
+                                                "holds, one row per label.")
+    report.add_argument("file", type=Path, help="the file given to --out")
+    return bench
+
+
+def _common(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--engine", required=True, metavar="URL", type=http_url,
+                        help="the engine's base URL, e.g. http://127.0.0.1:30000")
+    parser.add_argument("--api", choices=APIS, default="sglang",
+                        help="sglang: /generate with input_ids; openai: /v1/completions "
+                             "(default sglang)")
+    parser.add_argument("--label", default="", help="names this run in the report, "
+                        "e.g. the scheduler flags under test")
+    parser.add_argument("--out", type=Path, metavar="FILE",
+                        help="append the result as one JSON line")
+    parser.add_argument("--json", action="store_true", help="print the result as JSON")
+    parser.add_argument("--timeout", type=positive(float), default=900.0, metavar="SECONDS",
+                        help="give up after this long (default 900)")
+
+
+def _concurrency(text: str) -> tuple[int, ...]:
+    try:
+        values = tuple(int(part) for part in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected numbers like 1,2,4,8, got {text!r}") from None
+    if not values or min(values) < 1:
+        raise argparse.ArgumentTypeError("each concurrency must be 1 or more")
+    return values
+
+
+def run(args: argparse.Namespace, out: TextIO) -> int:
+    if args.experiment == "report":
+        try:
+            print_report(args.file, out)
+        except ReportError as exc:
+            print(f"rigctl bench report: {exc}", file=sys.stderr)
+            return EXIT_UNKNOWN
+        return EXIT_OK
+    try:
+        if args.experiment == "starvation":
+            result = asyncio.run(run_starvation(StarvationSettings(
+                engine=args.engine, api=args.api, context_tokens=args.context_tokens,
+                a_context_tokens=args.a_context_tokens, delay_seconds=args.delay,
+                a_max_tokens=args.a_max_tokens, label=args.label,
+                timeout_seconds=args.timeout), progress))
+        else:
+            result = asyncio.run(run_sweep(SweepSettings(
+                engine=args.engine, api=args.api, concurrency=args.concurrency,
+                context_tokens=args.context_tokens, max_new_tokens=args.max_new_tokens,
+                label=args.label, timeout_seconds=args.timeout), progress))
+    except KeyboardInterrupt:
+        # asyncio.run has cancelled the experiment, whose cleanup closed every stream.
+        print(f"rigctl bench {args.experiment}: interrupted; its streams are closed",
+              file=sys.stderr)
+        return EXIT_INTERRUPTED
+    except EngineRefused as exc:
+        print(f"rigctl bench {args.experiment}: {exc}", file=sys.stderr)
+        return EXIT_UNKNOWN
+    except (StreamFailed, aiohttp.ClientError, TimeoutError) as exc:
+        print(f"rigctl bench {args.experiment}: failed: {type(exc).__name__}: {exc}",
+              file=sys.stderr)
+        return EXIT_CRITICAL
+    record: dict[str, Any] = {"experiment": args.experiment, **result.as_json()}
+    if args.out is not None:
+        with args.out.open("a") as f:
+            f.write(json.dumps(record) + "\n")
+    if args.json:
+        print(json.dumps(record, indent=2), file=out)
+    elif args.experiment == "starvation":
+        print_starvation([record], out)
+    else:
+        print_sweep([record], out)
+    return EXIT_OK
+
+
+def progress(message: str) -> None:
+    """Progress goes to stderr, so --json output stays clean: a 64K prefill takes ~50 s."""
+    print(f"rigctl bench: {message}", file=sys.stderr, flush=True)

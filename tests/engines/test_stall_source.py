@@ -1,0 +1,116 @@
+"""The engine source's choice of signals and reader, made once at start, end to end."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from exporter.config import Config, GpuConfig, HostConfig
+from exporter.engines.stall import DecodeStallTracker
+from exporter.engines.stall_readers import TRACKER_BUDGET, RenderPacer
+from exporter.engines.stall_signals import plan_for
+from exporter.runtime import Exporter
+from exporter.sim.sglang_release import ReleasePlayback, ReleaseServer
+from tests.engines.helpers import engine_config
+
+
+def run_exporter(version: str, seconds: float, files: bool) -> tuple[dict, int]:
+    async def scenario() -> tuple[str, int]:
+        playback = ReleasePlayback(version)
+        playback.start_requests(streaming=2)
+        server = ReleaseServer(playback)
+        await server.start()
+
+        async def engine_runs() -> None:  # its processes write as time passes
+            while True:
+                playback.sync()
+                await asyncio.sleep(0.05)
+
+        engine = asyncio.create_task(engine_runs())
+        try:
+            extra = {"metrics_dir": playback.directory} if files else {}
+            config = Config(gpu=GpuConfig(enabled=False), host=HostConfig(enabled=False),
+                            engines=(engine_config(server.url, **extra),))
+            exporter = Exporter(config)
+            await exporter.start()
+            try:
+                await asyncio.sleep(seconds)
+                renders_by_tracker = server.renders
+                text = exporter.render(await exporter.snapshot()).decode()
+            finally:
+                await exporter.close()
+        finally:
+            engine.cancel()
+            await server.stop()
+            playback.close()
+        return text, renders_by_tracker
+
+    text, renders = asyncio.run(scenario())
+    values = {s.name: s.value for f in text_string_to_metric_families(text)
+              for s in f.samples if s.labels.get("name") == "main"}
+    return values, renders
+
+
+def test_with_metrics_dir_the_tracker_costs_no_render():
+    values, renders = run_exporter("0.5.23", 1.5, files=True)
+    assert renders == 0
+    assert values["rig_engine_decode_stall_resolution_seconds"] == 0.25
+    assert values["rig_engine_decode_stall_seconds"] == 0.0
+
+
+def test_without_metrics_dir_the_resolution_is_the_budget_s():
+    values, renders = run_exporter("0.5.23", 1.5, files=False)
+    assert renders >= 1
+    assert values["rig_engine_decode_stall_resolution_seconds"] >= 0.25
+
+
+def test_a_release_not_read_leaves_the_series_absent_with_one_log_line(caplog):
+    with caplog.at_level(logging.WARNING, logger="exporter.engines.source"):
+        values, renders = run_exporter("0.5.4", 1.5, files=False)
+    assert not any(name.startswith("rig_engine_decode_stall") for name in values)
+    assert renders == 0
+    lines = [r for r in caplog.records if "stall tracker" in r.getMessage()]
+    assert len(lines) == 1 and "0.5.4" in lines[0].getMessage()
+
+
+@pytest.mark.parametrize(("version", "releases"), [
+    ("0.5.4", None), ("0.5.5", "0.5.5-0.5.6"), ("0.5.6.post2", "0.5.5-0.5.6"),
+    ("0.5.9", "0.5.7-0.5.9"), ("0.5.10.post1", "0.5.10 and later"),
+    ("0.5.23", "0.5.10 and later"), ("main", None), ("", None)])
+def test_plan_by_release(version, releases):
+    plan = plan_for(version)
+    assert (plan.releases if plan else None) == releases
+
+
+class TestRenderPacer:
+    def test_spacing_keeps_render_time_within_the_budget(self):
+        pacer = RenderPacer(floor_seconds=0.25)
+        for _ in range(8):
+            pacer.record(0.030)
+        interval = pacer.interval_seconds()
+        assert 0.030 / interval == pytest.approx(TRACKER_BUDGET)
+        assert 0.030 / interval <= 0.02
+
+    def test_never_faster_than_the_floor(self):
+        pacer = RenderPacer(floor_seconds=0.25)
+        pacer.record(0.0001)
+        assert pacer.interval_seconds() == 0.25
+
+    def test_one_answer_that_waited_out_a_hang_does_not_blind_the_tracker(self):
+        pacer = RenderPacer(floor_seconds=0.25)
+        for took in (0.03, 0.03, 2.0, 0.03, 0.03):
+            pacer.record(took)
+        assert pacer.interval_seconds() == pytest.approx(0.03 / TRACKER_BUDGET)
+
+
+def test_standstills_under_a_second_are_decode_cadence_not_stalls():
+    tracker = DecodeStallTracker()
+    progress = 0
+    for step in range(40):  # a token every 0.5 s, polled every 0.25 s
+        progress += step % 2
+        tracker.observe(step * 0.25, progress, 1)
+    state = tracker.state(10.0)
+    assert (state.current_seconds, state.max_recent_seconds, state.total_seconds) == (0, 0, 0)
