@@ -67,7 +67,9 @@ def missing_hits(window: str) -> str:
     """
     prompts = f"increase(rig_engine_prompt_tokens_total[{window}])"
     hits = f"sum without (tier) (increase(rig_engine_cache_hit_tokens_total[{window}]))"
-    return f"({prompts} - on({ENGINE}) ({hits} or {prompts} * 0))"
+    # Matched on every label (no `on`): a one-to-one `on` would drop the target's
+    # own labels, such as deploy/'s `rig`.
+    return f"({prompts} - ({hits} or {prompts} * 0))"
 
 
 @dataclass(frozen=True)

@@ -57,11 +57,12 @@ and rig_probe_max_token_gap_seconds >= {stall}
             "warning",
             # Both maxima cover the last 60 s, so a 1m subquery step counts each
             # minute with a stall once. The tap's gap, where it has one, is preferred;
-            # `max by` drops the metric name so the minutes of both count as one series.
+            # `max without ()` drops the metric name (and only it: target labels
+            # such as `rig` stay) so the minutes of both count as one series.
             f"""
 count_over_time(
   (
-    max by ({ENGINE}) (
+    max without () (
       rig_stream_max_token_gap_seconds >= {stutter_lo} < {stall}
       or on({ENGINE})
       rig_engine_decode_stall_max_seconds >= {stutter_lo} < {stall}

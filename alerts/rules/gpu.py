@@ -79,7 +79,7 @@ and on(job, instance, card, sensor)
             "info",
             # PPT0 follows power1_cap; the owner lowered it to 305 W on purpose.
             f"""
-rig_gpu_power_watts >= on({CARD}) rig_gpu_power_cap_watts * {num(t.gpu_power_cap_ratio)}
+rig_gpu_power_watts >= rig_gpu_power_cap_watts * {num(t.gpu_power_cap_ratio)}
 and on({CARD})
 rig_gpu_throttle_active{{reason="power"}} == 1
 """,
@@ -131,8 +131,10 @@ rig_gpu_pcie_link_width_lanes{{kind="current"}}
 
 # The expected count comes from the exporter's [gpu] expected_cards, exported as
 # rig_gpu_expected_cards (absent when 0): every rig states its own.
-_CARDS_READ = "count by (job, instance) (rig_gpu_present == 1)"
-_CARDS_KNOWN = "count by (job, instance) (rig_gpu_present)"
+# `count without` keeps the target's own labels (deploy/'s `rig`), and so does
+# matching on every label: a one-to-one `on(job, instance)` would drop them.
+_CARDS_READ = "count without (card, pci_bus, unique_id) (rig_gpu_present == 1)"
+_CARDS_KNOWN = "count without (card, pci_bus, unique_id) (rig_gpu_present)"
 _EXPECTED = (
     '{{ with printf "rig_gpu_expected_cards{instance=%q}" $labels.instance | query }}'
     "{{ . | first | value }}{{ end }}"
@@ -163,12 +165,12 @@ def gpu_missing(t: Thresholds, look_first: str) -> list[Alert]:
             f"""
 (
   {_CARDS_READ}
-  or on(job, instance)
+  or
   rig_gpu_expected_cards * 0
 )
-< on(job, instance) rig_gpu_expected_cards
-unless on(job, instance)
-{_CARDS_KNOWN} >= on(job, instance) rig_gpu_expected_cards
+< rig_gpu_expected_cards
+unless
+{_CARDS_KNOWN} >= rig_gpu_expected_cards
 """,
             t.gpu_missing_for_seconds,
             "Fewer GPUs than [gpu] expected_cards have been read for"

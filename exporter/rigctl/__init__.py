@@ -1,11 +1,13 @@
 """rigctl: the rig from a terminal.
 
 commands:
+  demo     the whole stack on a simulated rig: scenarios, alerts, notifications
   health   is the rig healthy? one line per check, worst first (reads the exporter)
   probe    send one streaming request to an engine now and time every token gap
   bench    the starvation and concurrency experiments, for A/B tests of scheduler flags
 
 examples:
+  rigctl demo
   rigctl health
   rigctl health --prometheus http://127.0.0.1:9090 --watch 5
   rigctl probe --engine http://127.0.0.1:30000
@@ -22,10 +24,10 @@ from collections.abc import Sequence
 from typing import TextIO
 
 from exporter import __version__
-from exporter.rigctl import bench, health, probe
+from exporter.rigctl import bench, demo, health, probe
 from exporter.rigctl.common import EXIT_CODES, Parser, help_formatter
 
-SUBCOMMANDS = (health, probe, bench)
+SUBCOMMANDS = (demo, health, probe, bench)
 
 
 def build_parser() -> Parser:

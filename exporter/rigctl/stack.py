@@ -49,6 +49,12 @@ class Process:
                  env: dict[str, str] | None = None) -> None:
         self.name = name
         self.log_path = log
+        # setpriv (util-linux, in every Debian) asks the kernel to SIGTERM the
+        # process when the thread that started it dies (prctl PR_SET_PDEATHSIG):
+        # a test run or demo killed outright leaves nothing behind either.
+        setpriv = shutil.which("setpriv")
+        if setpriv:
+            argv = [setpriv, "--pdeathsig", "TERM", "--", *argv]
         with open(log, "w") as out:
             self.popen = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT,
                                           cwd=cwd, env=env, start_new_session=True)

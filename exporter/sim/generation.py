@@ -36,6 +36,8 @@ from exporter.sim.sglang_state import SimEngine, StreamScript
 GENERATE_DEFAULT_MAX_NEW_TOKENS = 128
 COMPLETIONS_DEFAULT_MAX_TOKENS = 16
 SCRIPTED_PROMPT_TOKENS = 16
+#: The pump's longest sleep (real seconds): it keeps an elastic ScaledClock fresh.
+PUMP_POLL_SECONDS = 0.02
 #: How often a waiting handler checks that its client is still there (real seconds).
 DISCONNECT_CHECK_SECONDS = 0.1
 
@@ -85,6 +87,8 @@ def _positive_int(value: object, name: str) -> int:
 
 
 def parse_generate(body: object) -> Ask:
+    if isinstance(body, NotJson):
+        raise BadRequest(body.reason)
     if not isinstance(body, dict):
         raise BadRequest("the body must be a JSON object")
     params = body.get("sampling_params") or {}
@@ -97,6 +101,8 @@ def parse_generate(body: object) -> Ask:
 
 
 def parse_completions(body: object) -> Ask:
+    if isinstance(body, NotJson):
+        raise BadRequest(body.reason)
     if not isinstance(body, dict):
         raise BadRequest("the body must be a JSON object")
     prompt = body.get("prompt")
@@ -140,7 +146,7 @@ class StreamHub:
         while True:
             self.state.advance()
             due = self.state.scheduler.next_event_time()
-            delay = 0.25  # idle, or a clock that is not real time: poll
+            delay = PUMP_POLL_SECONDS  # idle, or a clock that is not real time: poll
             if due is not None:
                 delay = min(delay, max(0.0005, (due - self.state.clock())
                                        / self.state.time_scale))
@@ -249,14 +255,30 @@ def _check_capacity(state: SimEngine, ask: Ask) -> None:
                          f"pool ({state.max_total_num_tokens} tokens).")
 
 
-async def generate(hub: StreamHub, http: web.Request) -> web.StreamResponse:
+class NotJson:
+    """A body that did not parse; `parse_*` refuse it."""
+
+    def __init__(self, reason: str) -> None:
+        self.reason = reason
+
+
+async def read_json(http: web.Request) -> object:
+    """The parsed body, read once (a 64K-token prompt takes tens of ms to parse, time
+    in which no frame leaves)."""
+    try:
+        return json.loads(await http.read())
+    except ValueError as exc:
+        return NotJson(f"the body is not JSON: {exc}")
+
+
+async def generate(hub: StreamHub, http: web.Request, body: object) -> web.StreamResponse:
     """POST /generate: SGLang's native API."""
     try:
-        body = await http.json()
         ask = parse_generate(body)
         _check_capacity(hub.state, ask)
-    except (BadRequest, ValueError) as exc:
-        return _refuse(BadRequest(str(exc)))
+    except BadRequest as exc:
+        return _refuse(exc)
+    assert isinstance(body, dict)
     rid = str(body.get("rid") or f"sim-{id(http):x}")
     started = time.monotonic()
     incremental = hub.state.stream is None
@@ -286,14 +308,15 @@ async def generate(hub: StreamHub, http: web.Request) -> web.StreamResponse:
     return response
 
 
-async def completions(hub: StreamHub, http: web.Request) -> web.StreamResponse:
+async def completions(hub: StreamHub, http: web.Request, body: object
+                      ) -> web.StreamResponse:
     """POST /v1/completions: the OpenAI API (SGLang serves it too)."""
     try:
-        body = await http.json()
         ask = parse_completions(body)
         _check_capacity(hub.state, ask)
-    except (BadRequest, ValueError) as exc:
-        return _refuse(BadRequest(str(exc)))
+    except BadRequest as exc:
+        return _refuse(exc)
+    assert isinstance(body, dict)
     head = {"id": f"cmpl-{id(http):x}", "object": "text_completion",
             "created": int(time.time()), "model": str(body.get("model") or hub.state.model)}
     if not ask.stream:

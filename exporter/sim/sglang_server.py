@@ -286,14 +286,14 @@ class SimServer:
     async def generate(self, request: web.Request) -> web.StreamResponse:
         """SGLang's native API; SSE frames `data: {json}`, then `data: [DONE]`
         (reference/sglang-metrics.md §7.3)."""
-        with contextlib.suppress(ValueError):
-            body = await request.json()
-            if isinstance(body, dict):
-                self.generate_requests.append(body)
-        return await generation.generate(self.hub, request)
+        body = await generation.read_json(request)
+        if isinstance(body, dict):
+            self.generate_requests.append(body)
+        return await generation.generate(self.hub, request, body)
 
     async def completions(self, request: web.Request) -> web.StreamResponse:
-        return await generation.completions(self.hub, request)
+        return await generation.completions(self.hub, request,
+                                            await generation.read_json(request))
 
     async def _huge(self, request: web.Request) -> web.StreamResponse:
         # Chunked, with no Content-Length to refuse it by: the client must count.

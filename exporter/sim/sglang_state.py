@@ -190,7 +190,7 @@ class SimEngine:
         if self.time_scale <= 0:
             raise ValueError("time_scale must be positive")
         if self.clock is time.monotonic and self.time_scale != 1.0:
-            self.clock = _scaled_clock(self.time_scale)
+            self.clock = ScaledClock(self.time_scale)
         self._running = 0
         self._decode_rate = 30.0
         self._decode_batches = 0.0
@@ -441,7 +441,22 @@ def _plus(value: float | None, amount: float) -> float | None:
     return value if not amount and value is None else (value or 0) + amount
 
 
-def _scaled_clock(scale: float) -> Callable[[], float]:
-    """Simulated seconds that run `scale` times faster than time.monotonic."""
-    origin = time.monotonic()
-    return lambda: origin + (time.monotonic() - origin) * scale
+class ScaledClock:
+    """Simulated seconds that run `scale` times faster than time.monotonic, elastic:
+    a stretch of more than `max_step` real seconds between two readings (the process
+    was not scheduled, on a loaded machine) adds only `max_step`. The simulation then
+    waits for the server rather than jumping ahead of frames it has not written yet,
+    which would shorten the gaps a client measures. SimServer reads it every 20 ms;
+    a caller without a server must read it at least every `max_step` seconds."""
+
+    def __init__(self, scale: float, max_step: float = 0.05) -> None:
+        self.scale = scale
+        self.max_step = max_step
+        self._real = time.monotonic()
+        self._simulated = self._real
+
+    def __call__(self) -> float:
+        real = time.monotonic()
+        self._simulated += min(real - self._real, self.max_step) * self.scale
+        self._real = real
+        return self._simulated

@@ -11,6 +11,7 @@ import yaml
 
 from alerts.generate import RULES_PATH
 from alerts.rules.common import RUNBOOK_URL
+from tests.alerts import promql_lint
 from tests.alerts.promql_lint import COUNTER_FUNCTIONS, COUNTERS, analyse, schema_labels, seconds
 
 SCRAPE_INTERVAL_SECONDS = 15  # the exporter's documented scrape interval
@@ -116,3 +117,14 @@ def test_recording_rule_names_follow_level_metric_operation() -> None:
         level, metric, operation = rule["record"].split(":")
         assert level and operation and metric.startswith("rig_")
         assert not metric.endswith("_total"), "a rate drops the _total suffix"
+
+
+@pytest.mark.parametrize("rule", ALERTS, ids=_id)
+def test_alert_keeps_every_target_label(rule: dict[str, Any],
+                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """deploy/prometheus.yml gives every target a `rig` label; an alert whose query
+    drops it (a one-to-one `on(...)` keeps only the listed labels) pages without
+    saying which rig, and groups two rigs' alerts into one page."""
+    monkeypatch.setattr(promql_lint, "TARGET", promql_lint.TARGET | {"rig"})
+    kept, _ = analyse(rule["expr"])
+    assert kept is not None and "rig" in kept, kept

@@ -14,7 +14,8 @@ import urllib.request
 from pathlib import Path
 
 from exporter.rigctl.stack import Monitoring, Process, free_port, tool, wait_ready
-from tests.e2e.stack import LoopThread, SimRig
+from exporter.rigctl.tour import TourRig
+from tests.e2e.stack import LoopThread
 
 TIME_SCALE = 10.0
 
@@ -44,7 +45,7 @@ def test_remote_write_to_victoria_metrics_and_read_back(tmp_path: Path) -> None:
 
         loop = LoopThread()
         stack.callback(loop.stop)
-        rig = SimRig("remote", tmp_path / "rig", TIME_SCALE, stall_scale=TIME_SCALE)
+        rig = TourRig("remote", tmp_path / "rig", TIME_SCALE, stall_scale=TIME_SCALE)
         rig.workdir.mkdir()
         loop.run(rig.start_engine())
         stack.callback(lambda: loop.run(rig.server.stop()))

@@ -27,9 +27,9 @@ import yaml
 from alerts.generate import RULES_PATH
 from alerts.timescale import seconds
 from exporter.rigctl.stack import ALERTMANAGER_CONFIG, Monitoring, Notification, WebhookReceiver
+from exporter.rigctl.tour import SCENARIOS, TICK_SECONDS, Scenario, TourRig
 from tests.e2e import report
-from tests.e2e.scenarios import SCENARIOS, TICK_SECONDS, Scenario
-from tests.e2e.stack import LoopThread, SimRig
+from tests.e2e.stack import LoopThread
 
 TIME_SCALE = 10.0
 # Stall lengths compress 2-fold only (the 10 s threshold reads 5 s, the 47.23 s
@@ -54,9 +54,11 @@ class Timeline:
 
 @dataclass
 class Run:
-    rigs: dict[str, SimRig]
+    rigs: dict[str, TourRig]
     timelines: dict[str, Timeline]
     notifications: list[Notification] = field(default_factory=list)
+    # Info alerts firing in Prometheus at the end of the run.
+    info_firing: list[dict[str, str]] = field(default_factory=list)
 
 
 def rig_alerts(notifications: list[Notification], rig: str) -> Iterator[tuple[Notification,
@@ -77,7 +79,7 @@ def _all_arrived(receiver: WebhookReceiver, scenario: Scenario, status: str) -> 
     return all(any(e.matches(labels) for labels in seen) for e in scenario.expected)
 
 
-async def play(scenario: Scenario, rig: SimRig, receiver: WebhookReceiver,
+async def play(scenario: Scenario, rig: TourRig, receiver: WebhookReceiver,
                timeline: Timeline) -> None:
     """Fault, wait for its pages (ticking the counters), hold, heal, wait for resolutions."""
     if not scenario.expected:
@@ -114,7 +116,7 @@ def _wait_targets_up(monitoring: Monitoring, count: int, timeout: float = 60) ->
         time.sleep(0.5)
 
 
-def _wait_exporter(rig: SimRig, timeout: float = 30) -> None:
+def _wait_exporter(rig: TourRig, timeout: float = 30) -> None:
     assert rig.exporter is not None
     deadline = time.monotonic() + timeout
     while True:
@@ -136,14 +138,16 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Run]:
         receiver = WebhookReceiver()
         loop.run(receiver.start())
         stack.callback(lambda: loop.run(receiver.stop()))
-        rigs: dict[str, SimRig] = {}
+        rigs: dict[str, TourRig] = {}
         for scenario in SCENARIOS:
-            rig = SimRig(scenario.name, workdir / scenario.name, TIME_SCALE, STALL_SCALE)
+            rig = TourRig(scenario.name, workdir / scenario.name, TIME_SCALE, STALL_SCALE)
             rig.workdir.mkdir()
             loop.run(rig.start_engine())
             stack.callback(lambda r=rig: loop.run(r.server.stop()))
             rig.write_files()
-            rig.start_exporter()
+            # 2 Hz, not 4: ten simulators render /metrics in this one process, and
+            # 0.5 s resolves the 5 s stall threshold.
+            rig.start_exporter(stall_poll_seconds=0.5)
             stack.callback(rig.exporter.stop)
             rigs[scenario.name] = rig
         for rig in rigs.values():
@@ -166,7 +170,9 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Run]:
         loop.run(play_all(), timeout=longest + 2 * SLACK_SECONDS + HOLD_SECONDS
                  + RESOLVE_SECONDS + 30)
         time.sleep(HOLD_SECONDS)  # a late duplicate still counts
-        yield Run(rigs, timelines, loop.call(lambda: list(receiver.notifications)))
+        info = monitoring.query('ALERTS{severity="info",alertstate="firing"}')
+        yield Run(rigs, timelines, loop.call(lambda: list(receiver.notifications)),
+                  [a["metric"] for a in info])
 
 
 def _rule(alertname: str, labels: dict[str, str]) -> dict[str, Any]:
@@ -244,3 +250,13 @@ def test_an_alert_names_its_rig_and_leaves_the_other_rigs_silent(run: Run) -> No
     for _, alert in pages:
         assert alert["labels"]["rig"] == "gpu-missing"
         assert alert["labels"]["instance"] == run.rigs["gpu-missing"].exporter_address
+
+
+def test_info_alerts_fire_in_prometheus_and_notify_nobody(run: Run) -> None:
+    """card2 of every simulated rig sits at its 305 W cap with the PPT bit set
+    (rig-facts): RigGpuPowerCapped fires, and the `null` receiver keeps it quiet."""
+    capped = [a for a in run.info_firing if a["alertname"] == "RigGpuPowerCapped"]
+    assert "healthy" in {a["rig"] for a in capped}, run.info_firing
+    assert all(a["card"] == "card2" for a in capped)
+    assert not [a for n in run.notifications for a in n.payload["alerts"]
+                if a["labels"]["severity"] == "info"]

@@ -1,0 +1,297 @@
+"""`rigctl demo`: the whole stack on a machine with no GPU and no SGLang.
+
+It starts the simulated rig (`exporter.rigctl.tour`: the simulated SGLang
+server, two 7900 XTX cards in a sysfs tree, the host's /proc files), a real
+`rig-exporter` reading it, and, when they are installed, Prometheus and
+Alertmanager with time-scaled copies of the rules and routing. Then it plays a
+tour of scenarios, the ones the end-to-end tests assert on, and prints as they
+happen each fault and heal, each alert going pending, firing and resolved in
+Prometheus, and each notification Alertmanager sends.
+
+Ctrl-C stops everything it started (each process in its own process group)
+and removes its temporary directory.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import shutil
+import sys
+import tempfile
+import time
+import urllib.request
+from collections.abc import Callable
+from pathlib import Path
+from typing import TextIO
+
+from exporter.rigctl.common import EXIT_OK, EXIT_UNKNOWN
+from exporter.rigctl.stack import Monitoring, Notification, Process, WebhookReceiver
+from exporter.rigctl.tour import SCENARIOS, TICK_SECONDS, Scenario, TourRig
+
+# Short scenarios that show each family of alert, in an order that tells a story.
+TOUR = ("healthy", "prefill-starves-decode", "thermal-downclock", "swap-storm",
+        "engine-wedged")
+DEFAULT_SPEED = 10.0
+# Stall lengths compress at most 2-fold, as in the end-to-end tests: a busy
+# machine's scheduling hiccups must stay below the compressed 10 s threshold.
+MAX_STALL_SCALE = 2.0
+WATCH_SECONDS = 1.0
+# How long the healthy rig is watched, and the slack on each fault's deadline.
+HEALTHY_SECONDS = 60.0
+SLACK_SECONDS = 20.0
+HOLD_SECONDS = 3.0
+# Bounds on the wait for the last alerts: resolution, then its notification
+# (Alertmanager sends resolutions at the next group_interval).
+SETTLE_SECONDS = 150.0
+NOTIFY_SECONDS = 20.0
+# Until Prometheus scrapes the exporter; then a minute of the rig's healthy life.
+STARTUP_SECONDS = 60.0
+WARMUP_SECONDS = 60.0
+
+
+def add_parser(commands: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    parser = commands.add_parser(
+        "demo", help="run the simulated rig through the whole stack and watch its alerts",
+        description=__doc__.split("\n\n")[1], formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--scenario", action="append", metavar="NAME",
+                        help=f"play this scenario (repeatable; default: {', '.join(TOUR)})")
+    parser.add_argument("--list", action="store_true", help="list the scenarios and exit")
+    parser.add_argument("--speed", type=float, default=DEFAULT_SPEED, metavar="F",
+                        help=f"time runs F times faster than real (default {DEFAULT_SPEED:g})")
+    parser.add_argument("--no-monitoring", action="store_true",
+                        help="do not start Prometheus and Alertmanager even if installed")
+    return parser
+
+
+def run(args: argparse.Namespace, out: TextIO) -> int:
+    scenarios = {s.name: s for s in SCENARIOS}
+    if args.list:
+        for scenario in SCENARIOS:
+            print(f"{scenario.name:24} {scenario.reproduces}", file=out)
+        return EXIT_OK
+    names = args.scenario or list(TOUR)
+    unknown = [n for n in names if n not in scenarios]
+    if unknown or args.speed <= 0:
+        problem = f"unknown scenario {unknown[0]!r} (see --list)" if unknown else "--speed > 0"
+        print(f"rigctl demo: {problem}", file=sys.stderr)
+        return EXIT_UNKNOWN
+    demo = Demo([scenarios[n] for n in names], args.speed, not args.no_monitoring, out)
+    try:
+        asyncio.run(demo.main())
+    except KeyboardInterrupt:
+        print("demo: stopped by Ctrl-C; everything it started is gone", file=out, flush=True)
+        return 130
+    return EXIT_OK
+
+
+class Demo:
+    def __init__(self, scenarios: list[Scenario], speed: float, monitoring: bool,
+                 out: TextIO) -> None:
+        self.scenarios = scenarios
+        self.speed = speed
+        self.want_monitoring = monitoring
+        self.out = out
+        self.started = time.monotonic()
+        self.alert_states: dict[tuple[tuple[str, str], ...], str] = {}
+        self.directory = Path()
+
+    def say(self, line: str) -> None:
+        print(f"{time.monotonic() - self.started:6.1f}s  {line}", file=self.out, flush=True)
+
+    async def main(self) -> None:
+        directory = self.directory = Path(tempfile.mkdtemp(prefix="rigctl-demo-"))
+        rig = TourRig("demo", directory / "rig", self.speed, min(self.speed, MAX_STALL_SCALE))
+        rig.workdir.mkdir()
+        monitoring: Monitoring | None = None
+        receiver = WebhookReceiver(on_notification=self._notified)
+        watcher: asyncio.Task[None] | None = None
+        try:
+            await rig.start_engine()
+            rig.write_files()
+            rig.start_exporter()
+            assert rig.exporter is not None
+            processes = [rig.exporter]
+            if self.want_monitoring and _installed():
+                await receiver.start()
+                monitoring = Monitoring(directory / "monitoring", self.speed, receiver.url,
+                                        stall_scale=rig.stall_scale)
+                # In this thread: its processes die with the thread that started them.
+                monitoring.start()
+                monitoring.write_targets([(rig.name, rig.exporter_address)])
+                processes += [p for p in (monitoring.prometheus, monitoring.alertmanager) if p]
+                watcher = asyncio.create_task(self._watch_alerts(monitoring))
+            else:
+                if self.want_monitoring:
+                    self.say("Prometheus or Alertmanager is not installed (./setup.sh installs"
+                             " them): showing the exporter's readings instead of alerts")
+                watcher = asyncio.create_task(self._watch_exporter(rig.exporter_address))
+            self._ready(rig.exporter_address, monitoring, processes)
+            await self._warm_up(monitoring)
+            for scenario in self.scenarios:
+                await self._play(scenario, rig, monitoring is not None)
+            await self._settle()
+            self.say("tour done")
+        finally:
+            if watcher is not None:
+                watcher.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await watcher
+            if monitoring is not None:
+                monitoring.stop()
+            if rig.exporter is not None:
+                rig.exporter.stop()
+            await receiver.stop()
+            if rig.server is not None:
+                await rig.server.stop()
+            shutil.rmtree(directory, ignore_errors=True)
+
+    async def _play(self, scenario: Scenario, rig: TourRig, watching: bool) -> None:
+        """Fault, wait for its alerts to fire (ticking its counters), heal, and wait
+        for them to resolve; each wait bounded by the scenario's own deadline."""
+        self.say(f"== {scenario.name}: {scenario.reproduces}")
+        if not scenario.expected:
+            await asyncio.sleep(HEALTHY_SECONDS / self.speed)
+            active = ", ".join(_name(labels) for labels in self._paging())
+            self.say(f"   {scenario.name}: " + (f"active: {active}" if active else
+                                                "no alert that notifies anyone, as it should"))
+            return
+        wanted = ", ".join(e.alertname for e in scenario.expected)
+        self.say(f"   fault: expect {wanted}")
+        scenario.fault(rig)
+
+        def firing() -> bool:
+            states = [(dict(k), v) for k, v in self.alert_states.items()]
+            return all(any(e.matches(labels) and state == "firing" for labels, state in states)
+                       for e in scenario.expected)
+
+        await self._tick_until(scenario, rig, firing if watching else None,
+                               scenario.fire_within / self.speed + SLACK_SECONDS)
+        await self._tick_until(scenario, rig, None, HOLD_SECONDS)
+        self.say("   heal")
+        scenario.heal(rig)
+
+        def resolved() -> bool:
+            return not any(e.matches(dict(k)) for e in scenario.expected
+                           for k in self.alert_states)
+
+        deadline = time.monotonic() + SETTLE_SECONDS
+        while watching and not resolved() and time.monotonic() < deadline:
+            await asyncio.sleep(WATCH_SECONDS)
+
+    async def _tick_until(self, scenario: Scenario, rig: TourRig,
+                          done: Callable[[], bool] | None, seconds: float) -> None:
+        deadline = last = time.monotonic()
+        deadline += seconds
+        while time.monotonic() < deadline and not (done and done()):
+            await asyncio.sleep(TICK_SECONDS)
+            now = time.monotonic()
+            scenario.tick(rig, now - last)
+            last = now
+
+    def _ready(self, address: str, monitoring: Monitoring | None,
+               processes: list[Process]) -> None:
+        self.say(f"exporter    http://{address}/metrics")
+        if monitoring is not None:
+            self.say(f"Prometheus  {monitoring.prometheus_url}/alerts"
+                     f" (rules x{self.speed:g} faster)")
+            self.say(f"Alertmanager {monitoring.alertmanager_url}")
+        self.say(f"files in {self.directory}")
+        pids = " ".join(str(p.popen.pid) for p in processes)
+        self.say(f"running (pids {pids}); time runs {self.speed:g}x faster; Ctrl-C stops")
+
+    def _paging(self) -> list[dict[str, str]]:
+        """Active alerts that notify someone (info alerts go nowhere)."""
+        return [dict(k) for k in self.alert_states if dict(k).get("severity") != "info"]
+
+    async def _settle(self) -> None:
+        """Wait for the alerts still active to resolve and be sent: the exporter's
+        longest-stall window is 60 real seconds at any speed."""
+        if self._paging():
+            self.say("waiting for the last alerts to resolve")
+        deadline = time.monotonic() + SETTLE_SECONDS
+        while self._paging() and time.monotonic() < deadline:
+            await asyncio.sleep(WATCH_SECONDS)
+        await asyncio.sleep(NOTIFY_SECONDS)
+
+    async def _warm_up(self, monitoring: Monitoring | None) -> None:
+        """Let Prometheus scrape the rig healthy first: the exporter must have seen
+        both cards before one can vanish, and rate windows need a start."""
+        deadline = time.monotonic() + STARTUP_SECONDS
+        while monitoring is not None and time.monotonic() < deadline:
+            with contextlib.suppress(OSError):
+                if await asyncio.to_thread(monitoring.query, 'up{job="rig"} == 1'):
+                    break
+            await asyncio.sleep(WATCH_SECONDS)
+        await asyncio.sleep(max(2.0, WARMUP_SECONDS / self.speed))
+
+    async def _watch_alerts(self, monitoring: Monitoring) -> None:
+        """Print each alert's transitions as Prometheus evaluates them."""
+        while True:
+            await asyncio.sleep(WATCH_SECONDS)
+            try:
+                alerts = await asyncio.to_thread(monitoring.alerts)
+            except OSError:
+                continue
+            now = {}
+            for alert in alerts:
+                labels = alert["labels"]
+                key = tuple(sorted(labels.items()))
+                now[key] = alert["state"]
+                if self.alert_states.get(key) != alert["state"]:
+                    self.say(f"{alert['state'].upper():8} {_name(labels)}")
+            for key in self.alert_states.keys() - now.keys():
+                self.say(f"RESOLVED {_name(dict(key))}")
+            self.alert_states = now
+
+    async def _watch_exporter(self, address: str) -> None:
+        """Without Prometheus: a line of the exporter's key readings every few seconds."""
+        while True:
+            await asyncio.sleep(5 * WATCH_SECONDS)
+            try:
+                text = await asyncio.to_thread(_get, f"http://{address}/metrics")
+            except OSError:
+                continue
+            self.say("readings: " + _readings(text))
+
+    def _notified(self, notification: Notification) -> None:
+        for alert in notification.payload["alerts"]:
+            what = "page" if notification.path == "/page" else "notify"
+            status = alert["status"].upper()
+            self.say(f"-> {what} {status} {_name(alert['labels'])}:"
+                     f" {alert['annotations'].get('description', '')}")
+
+
+def _installed() -> bool:
+    return all(shutil.which(t) for t in ("prometheus", "prometheus-alertmanager"))
+
+
+def _name(labels: dict[str, str]) -> str:
+    where = " ".join(f"{k}={labels[k]}" for k in ("name", "card", "sensor", "signal")
+                     if labels.get(k))
+    return f"{labels.get('alertname', '?')} ({labels.get('severity', '?')}) {where}".rstrip()
+
+
+def _get(url: str) -> str:
+    with urllib.request.urlopen(url, timeout=5) as response:
+        return response.read().decode()
+
+
+def _readings(exposition: str) -> str:
+    wanted = {
+        "rig_engine_decode_stall_seconds": "stall {:.1f} s",
+        "rig_engine_queued_requests": "queued {:.0f}",
+        'rig_gpu_temperature_celsius{card="card1",sensor="junction"}': "card1 {:.0f} °C",
+        'rig_gpu_temperature_celsius{card="card2",sensor="junction"}': "card2 {:.0f} °C",
+        "rig_host_memory_available_bytes": "RAM available {:.3g} B",
+    }
+    shown = []
+    for line in exposition.splitlines():
+        for prefix, fmt in wanted.items():
+            head = line.rsplit(" ", 1)[0]
+            if head == prefix or (head.startswith(prefix + "{") and "{" not in prefix):
+                with contextlib.suppress(ValueError):
+                    shown.append(fmt.format(float(line.rsplit(" ", 1)[1])))
+    return ", ".join(shown) or json.dumps("no readings yet")

@@ -1,0 +1,106 @@
+"""`rigctl demo` as a person runs it: a real process, watched through its output,
+stopped with Ctrl-C (SIGINT to its process group, as a terminal sends it)."""
+
+from __future__ import annotations
+
+import os
+import re
+import select
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from exporter.rigctl.stack import REPO
+
+RIGCTL = [sys.executable, "-m", "exporter.rigctl"]
+
+
+def _start(*args: str) -> subprocess.Popen[str]:
+    return subprocess.Popen([*RIGCTL, "demo", *args], cwd=REPO, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, start_new_session=True,
+                            env={**os.environ, "PYTHONPATH": str(REPO)})
+
+
+def _read_until(process: subprocess.Popen[str], pattern: str, timeout: float) -> list[str]:
+    """Lines of output up to and including the first that matches `pattern`."""
+    assert process.stdout is not None
+    lines: list[str] = []
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        ready, _, _ = select.select([process.stdout], [], [], 0.5)
+        if not ready:
+            continue
+        line = process.stdout.readline()
+        if not line:
+            break
+        lines.append(line)
+        if re.search(pattern, line):
+            return lines
+    raise AssertionError(f"no {pattern!r} within {timeout} s:\n{''.join(lines)}")
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # A zombie is gone in all but name; /proc says so.
+    stat = Path(f"/proc/{pid}/stat")
+    return stat.exists() and stat.read_text().split(")")[-1].split()[0] != "Z"
+
+
+def test_list_names_every_scenario() -> None:
+    result = subprocess.run([*RIGCTL, "demo", "--list"], cwd=REPO, capture_output=True,
+                            text=True, timeout=60, check=False)
+    assert result.returncode == 0, result.stderr
+    names = {line.split()[0] for line in result.stdout.splitlines()}
+    assert {"healthy", "prefill-starves-decode", "engine-wedged", "gpu-missing"} <= names
+
+
+def test_unknown_scenario_is_refused() -> None:
+    result = subprocess.run([*RIGCTL, "demo", "--scenario", "no-such"], cwd=REPO,
+                            capture_output=True, text=True, timeout=60, check=False)
+    assert result.returncode == 3
+    assert "unknown scenario 'no-such'" in result.stderr
+
+
+def test_ctrl_c_stops_everything_it_started() -> None:
+    demo = _start("--scenario", "healthy", "--scenario", "healthy")
+    try:
+        lines = _read_until(demo, r"running \(pids [\d ]+\)", timeout=120)
+        pids = [int(p) for p in re.search(r"pids ([\d ]+)\)", lines[-1]).group(1).split()]
+        # The exporter, Prometheus and Alertmanager (all installed by ./setup.sh).
+        assert len(pids) == 3, lines
+        assert all(_alive(pid) for pid in pids)
+        directory = Path(re.search(r"files in (\S+)", "".join(lines)).group(1))
+        assert directory.is_dir()
+        os.killpg(demo.pid, signal.SIGINT)
+        output, _ = demo.communicate(timeout=30)
+    finally:
+        if demo.poll() is None:
+            os.killpg(demo.pid, signal.SIGKILL)
+            demo.wait(10)
+    assert demo.returncode == 130, output
+    assert "stopped by Ctrl-C" in output
+    deadline = time.monotonic() + 10
+    while any(_alive(pid) for pid in pids) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not [pid for pid in pids if _alive(pid)], "left behind"
+    assert not directory.exists()
+
+
+def test_a_pulled_card_fires_pages_and_resolves_on_screen() -> None:
+    demo = _start("--scenario", "gpu-missing", "--speed", "30")
+    try:
+        output, _ = demo.communicate(timeout=240)
+    finally:
+        if demo.poll() is None:
+            os.killpg(demo.pid, signal.SIGKILL)
+            demo.wait(10)
+    assert demo.returncode == 0, output
+    alert = "RigGpuMissing (critical) card=card2 signal=vanished"
+    for seen in (f"FIRING   {alert}", f"-> page FIRING {alert}", f"RESOLVED {alert}",
+                 f"-> page RESOLVED {alert}", "tour done"):
+        assert seen in output, output
