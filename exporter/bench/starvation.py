@@ -132,7 +132,9 @@ async def _first_token_or_failure(stream: Stream, task: asyncio.Task[None],
         while True:
             done, _ = await asyncio.wait(watched, timeout=5.0,
                                          return_when=asyncio.FIRST_COMPLETED)
-            if waiter in done:
+            # The first token may arrive with the end of the stream (B asks for one
+            # token): the event is set even when the stream's task finished first.
+            if waiter in done or stream.first_token.is_set():
                 return
             for finished in done:
                 finished.result()  # raises the stream's failure

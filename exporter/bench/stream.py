@@ -8,6 +8,7 @@ is how SGLang and vLLM learn to abort the generation.
 from __future__ import annotations
 
 import asyncio
+import json
 import math
 import time
 from collections.abc import Callable
@@ -24,7 +25,9 @@ class StreamFailed(Exception):
 class Stream:
     def __init__(self, session: aiohttp.ClientSession, url: str, path: str, body: dict,
                  clock: Callable[[], float] = time.monotonic) -> None:
-        self.session, self.url, self.path, self.body = session, url, path, body
+        self.session, self.url, self.path = session, url, path
+        # Encoded now, not inside the timed request: a 64K-token prompt takes ~80 ms.
+        self.payload = json.dumps(body).encode()
         self.clock = clock
         self.sent_at: float | None = None
         self.meter: StreamMeter | None = None
@@ -35,7 +38,8 @@ class Stream:
     async def run(self) -> None:
         self.sent_at = self.clock()
         meter = self.meter = StreamMeter(self.sent_at)
-        async with self.session.post(self.url + self.path, json=self.body) as response:
+        async with self.session.post(self.url + self.path, data=self.payload,
+                                     headers={"Content-Type": "application/json"}) as response:
             if response.status != 200:
                 head = (await response.content.read(300)).decode("utf-8", "replace")
                 raise StreamFailed(f"{self.path}: HTTP {response.status}: {head.strip()}")

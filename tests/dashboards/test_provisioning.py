@@ -50,3 +50,11 @@ def test_overview_links_reach_every_other_dashboard() -> None:
     urls = {link["url"] for p in overview["panels"] for link in p.get("links", [])}
     targets = {url.split("?")[0].removeprefix("/d/") for url in urls}
     assert targets == set(UIDS.values()) - {UIDS["overview"]}
+
+
+def test_datasource_time_interval_is_the_scrape_interval() -> None:
+    (source,) = _load("datasources/rig-prometheus.yaml")["datasources"]
+    prometheus = yaml.safe_load((REPO / "deploy" / "prometheus.yml").read_text())
+    (job,) = [j for j in prometheus["scrape_configs"] if j["job_name"] == "rig"]
+    interval = job.get("scrape_interval", prometheus["global"]["scrape_interval"])
+    assert source["jsonData"]["timeInterval"] == interval
