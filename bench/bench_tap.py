@@ -10,7 +10,8 @@ clients. For each concurrency it streams once straight to the engine and once th
 the tap, and takes each frame's latency from its stamp to its arrival. The tap's added
 latency is the tapped percentile minus the direct one. Its CPU is the exporter
 process's CPU time (/proc/<pid>/stat utime+stime) over the tapped run, per 1,000
-frames and as a share of one core. Targets (issue #12): p99 added under 2 ms; under
+frames and as a share of one core; the timing code alone (no network) is measured in
+this process for comparison. Targets (issue #12): p99 added under 2 ms; under
 2 % of a core at 16 streams x 100 frames/s.
 """
 
@@ -99,6 +100,20 @@ async def run(url: str, streams: int, frames: int, rate: float, shape: str) -> l
     return latencies
 
 
+def timing_cost(shape: str, frames: int = 20_000) -> float:
+    """CPU seconds per frame of the tap's timing alone (exporter.tap.state, in this
+    process, no network): the part of the tap's cost that is not moving bytes."""
+    from exporter.tap.state import TapState
+
+    state = TapState()
+    stream = state.open(time.monotonic())
+    payloads = [frame(shape, i % 100) for i in range(100)]
+    started = time.process_time()
+    for i in range(frames):
+        state.chunk(stream, payloads[i % 100])
+    return (time.process_time() - started) / frames
+
+
 def cpu_seconds(pid: int) -> float:
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / TICKS  # utime, stime
@@ -132,7 +147,9 @@ def main() -> None:
         direct, tapped = f"http://127.0.0.1:{engine_port}", f"http://127.0.0.1:{tap_port}"
         asyncio.run(run(tapped, 1, 50, args.rate, args.shape))  # warm up both paths
         print(f"{args.shape} frames, {args.frames} per stream at {args.rate:g}/s; "
-              f"{os.cpu_count()} cores")
+              f"{os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f}")
+        print(f"timing alone (parse + gap timer + histograms): "
+              f"{timing_cost(args.shape) * 1e6:.1f} us CPU per frame")
         print("streams  direct p50/p99 ms  tapped p50/p99 ms  added p50/p99 ms  "
               "tap CPU ms/1000 frames  tap CPU % of a core")
         for streams in (int(s) for s in args.streams.split(",")):

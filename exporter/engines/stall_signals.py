@@ -11,7 +11,8 @@ Read from the release wheels (`pip download sglang==X --no-deps`, unzipped; READ
   every release read) counts each token a streaming request receives: its bucket
   counts grow by the tokens of each output (`observe_inter_token_latency`,
   `tokenizer_manager.py::collect_metrics`), mixed batch or not. Non-streaming requests
-  only report when they finish.
+  reach the tokenizer every 50 tokens (`DEFAULT_FORCE_STREAM_INTERVAL`, 0.5.5
+  `scheduler_output_processor_mixin.py`) and at their end.
 - `num_running_reqs` is refreshed on a prefill batch, every 40 decode batches and,
   when idle, only every 30 s until 0.5.16 (`_maybe_log_idle_metrics`; 0.5.16 adds the
   `gauge_stale` check). So on 0.5.15 and before it reads "running" for up to 30 s
@@ -67,17 +68,18 @@ class SignalPlan:
 PLANS = (
     ((0, 5, 5), SignalPlan(
         "0.5.5-0.5.6", decode_counter=False, http_in_flight=False,
-        blind_spots="decode of non-streaming requests is not seen (reads as a stall "
-                    "when no streaming request runs beside it); a stall that begins "
+        blind_spots="a non-streaming request reaches the tokenizer only every 50 "
+                    "tokens, so alone it shows as 50-token gaps; a stall that begins "
                     "as a request finishes is hidden until the running gauge changes")),
     ((0, 5, 7), SignalPlan(
         "0.5.7-0.5.9", decode_counter=True, http_in_flight=False,
-        blind_spots="mixed-chunk decode of non-streaming requests reads as a stall; "
-                    "a stall that begins as a request finishes is hidden until the "
-                    "running gauge changes")),
+        blind_spots="mixed-chunk decode of non-streaming requests is seen every 50 "
+                    "tokens only; a stall that begins as a request finishes is hidden "
+                    "until the running gauge changes")),
     ((0, 5, 10), SignalPlan(
         "0.5.10 and later", decode_counter=True, http_in_flight=True,
-        blind_spots="mixed-chunk decode of non-streaming requests reads as a stall")),
+        blind_spots="mixed-chunk decode of non-streaming requests is seen every 50 "
+                    "tokens only")),
 )
 
 

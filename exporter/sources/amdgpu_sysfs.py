@@ -32,13 +32,14 @@ _LINK_SPEED = re.compile(r"^([\d.]+)\s*GT/s")
 _TEMP_SENSORS = {"edge": "edge", "junction": "junction", "mem": "memory"}
 _TEMP_LIMITS = {"crit": "critical", "emergency": "emergency"}
 _CLOCK_FILES = {"sclk": "pp_dpm_sclk", "mclk": "pp_dpm_mclk"}
-# gpu_metrics format revisions: 1 is the dGPU family (v1_x), 2 and 3 the APU
-# layouts (v2_x, v3_0: "gfx temperature on APUs", kgd_pp_interface.h).
-_DISCRETE_FORMATS, _INTEGRATED_FORMATS = {1}, {2, 3}
-# An APU's VRAM is the BIOS carve-out of system RAM; AM5 boards offer up to a
-# few GiB (inferred from board manuals, not a kernel fact). A 7900 XTX has 24 GiB.
-_CARVE_OUT_MAX_BYTES = 4 * 1024**3
-CARD_SELECTIONS = ("discrete", "all")
+# gpu_metrics format revisions 2 and 3 are the APU layouts (v2_x, v3_0: "gfx
+# temperature on APUs", kgd_pp_interface.h); 1 is the dGPU family (v1_x).
+_INTEGRATED_FORMATS = {2, 3}
+# An APU's VRAM is the BIOS carve-out of system RAM, 64 MiB to a few GiB on AM5
+# boards (inferred from board manuals, not a kernel fact). A 7900 XTX has 24 GiB.
+_CARVE_OUT_BYTES = (64 * 1024**2, 4 * 1024**3)
+# Probed files (power1_input) may be absent, or present and answer -EOPNOTSUPP.
+_NOT_SUPPORTED = (errno.ENOENT, errno.EOPNOTSUPP)
 
 
 @dataclass(frozen=True)
@@ -113,21 +114,22 @@ def parse_dpm_table(text: str) -> DpmTable:
 def card_kind(metrics_format: int | None, vram_total_bytes: float | None) -> tuple[str, str]:
     """("discrete" | "integrated", the facts that decided it), from sysfs facts only.
 
-    Integrated only when every fact at hand says so: a dGPU taken for an iGPU
-    would not be read, which is worse than reading an iGPU.
+    Integrated takes an APU layout of gpu_metrics (with a consistent header) and
+    VRAM the size of a carve-out, if VRAM reads at all: one garbled file never
+    turns a 7900 XTX into an iGPU that is not read.
     """
-    facts = []
-    if metrics_format in _INTEGRATED_FORMATS:
-        facts.append((True, f"gpu_metrics format {metrics_format}, an APU layout"))
-    elif metrics_format in _DISCRETE_FORMATS:
-        facts.append((False, f"gpu_metrics format {metrics_format}, a dGPU layout"))
+    reasons = []
+    if metrics_format is not None:
+        layout = "an APU" if metrics_format in _INTEGRATED_FORMATS else "a dGPU"
+        reasons.append(f"gpu_metrics format {metrics_format}, {layout} layout")
+    carve_out = None
     if vram_total_bytes is not None:
-        carve_out = vram_total_bytes <= _CARVE_OUT_MAX_BYTES
-        facts.append((carve_out, f"{vram_total_bytes / 1024**2:.0f} MiB of VRAM"
-                                 + (", a carve-out" if carve_out else "")))
-    why = "; ".join(reason for _, reason in facts) or "no fact found"
-    integrated = bool(facts) and all(says for says, _ in facts)
-    return ("integrated" if integrated else "discrete"), why
+        low, high = _CARVE_OUT_BYTES
+        carve_out = low <= vram_total_bytes <= high
+        reasons.append(f"{vram_total_bytes / 1024**2:.0f} MiB of VRAM"
+                       + (", a carve-out" if carve_out else ""))
+    integrated = metrics_format in _INTEGRATED_FORMATS and carve_out is not False
+    return ("integrated" if integrated else "discrete"), "; ".join(reasons) or "no fact found"
 
 
 class AmdgpuSysfs:
@@ -147,15 +149,19 @@ class AmdgpuSysfs:
         self._energy: dict[tuple[str, str], EnergyCounter] = {}  # by (pci_bus, unique_id)
 
     def read_cards(self) -> list[CardReading]:
-        found = {card: device for card, device in self._enumerate()}
-        readings = [self._read_card(card, device, kind)
-                    for card, device in sorted(found.items())
-                    if (kind := self._selected_kind(card, device)) is not None]
+        # Each card's PCI device path, resolved once per scrape.
+        found = {card: Path(os.path.realpath(device)) for card, device in self._enumerate()}
+        readings = [self._read_card(card, endpoint, kind)
+                    for card, endpoint in sorted(found.items())
+                    if (kind := self._selected_kind(card, endpoint)) is not None]
+        read_buses = {reading.pci_bus for reading in readings}
         for reading in readings:
             self._seen[reading.pci_bus] = (reading.card, reading.unique_id)
+        for endpoint in found.values():
+            if endpoint.name not in read_buses:  # on the bus, but `cards` does not select it
+                self._seen.pop(endpoint.name, None)
         # A card that fell off the bus keeps its series with gpu_present 0, so it
         # alerts instead of going silent.
-        read_buses = {reading.pci_bus for reading in readings}
         for pci_bus, (card, unique_id) in sorted(self._seen.items()):
             if pci_bus not in read_buses:
                 self._warn(card, "device", "card has disappeared")
@@ -183,12 +189,15 @@ class AmdgpuSysfs:
 
     def _selected_kind(self, card: str, device: Path) -> str | None:
         """The card's kind if `cards` selects it, else None (told once)."""
-        pci_bus = os.path.basename(os.path.realpath(device))
+        pci_bus = device.name
         if pci_bus not in self._kinds:
             files = _CardFiles(card, device, self._warn)
             blob = files.binary("gpu_metrics", quiet=True)
             metrics_format = gpu_metrics.format_revision(blob) if blob else None
-            kind, why = card_kind(metrics_format, files.number("mem_info_vram_total", quiet=True))
+            vram = files.number("mem_info_vram_total", quiet=True)
+            kind, why = card_kind(metrics_format, vram)
+            if metrics_format is None:  # the deciding fact is missing: ask again next time
+                return kind if self._selects(pci_bus, kind) else None
             self._kinds[pci_bus] = (kind, why)
             if not self._selects(pci_bus, kind):
                 log.info("%s (%s, %s) is %s (%s); not read: [gpu] cards = %s", card, pci_bus,
@@ -203,12 +212,11 @@ class AmdgpuSysfs:
             return kind == "discrete"
         return pci_bus in self.cards
 
-    def _read_card(self, card: str, device: Path, kind: str) -> CardReading:
-        files = _CardFiles(card, device, self._warn)
-        endpoint = Path(os.path.realpath(device))
+    def _read_card(self, card: str, endpoint: Path, kind: str) -> CardReading:
+        files = _CardFiles(card, endpoint, self._warn)
         reading = CardReading(card, endpoint.name, files.text("unique_id", quiet=True) or "",
                               device_id=_device_id(files), kind=kind)
-        hwmon = self._hwmon(device)
+        hwmon = self._hwmon(endpoint)
         if hwmon is not None:
             self._read_hwmon(reading, _CardFiles(card, hwmon, self._warn))
         else:
@@ -387,8 +395,8 @@ class _CardFiles:
             return None
 
     def _failed(self, name: str, exc: Exception, quiet: bool) -> None:
-        if isinstance(exc, FileNotFoundError) and quiet:
-            return  # hwmon hides files the ASIC does not support
+        if quiet and isinstance(exc, OSError) and exc.errno in _NOT_SUPPORTED:
+            return  # hwmon hides files the ASIC does not support, or they answer so
         reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
         if isinstance(exc, OSError) and exc.errno in (errno.EPERM, errno.EBUSY, errno.ENODATA):
             reason += " (card suspended or in reset?)"

@@ -85,8 +85,12 @@ def decode(blob: bytes) -> GpuMetrics:
 
 
 def format_revision(blob: bytes) -> int | None:
-    """The header's format revision (1: dGPU layouts, 2 and 3: APU layouts), if any."""
-    return HEADER.unpack_from(blob)[1] if len(blob) >= HEADER.size else None
+    """The format revision (1: dGPU layouts, 2 and 3: APU layouts) of a blob whose
+    header is consistent (its structure_size is the size read), else None."""
+    if len(blob) < HEADER.size:
+        return None
+    size, frev, _ = HEADER.unpack_from(blob)
+    return frev if size == len(blob) else None
 
 
 def throttle_reasons(throttle_status: int) -> frozenset[str]:

@@ -33,12 +33,20 @@ def test_gaps_ttft_and_rate():
     assert result.success and result.reason == ""
     assert result.tokens == 16  # 8 frames of 2 tokens
     assert len(result.gaps_seconds) == len(GAPS)
-    for measured, scripted in zip(result.gaps_seconds, GAPS, strict=True):
-        assert measured == pytest.approx(scripted, abs=0.05)
-    assert result.max_gap_seconds == pytest.approx(max(GAPS), abs=0.05)
-    assert result.ttft_seconds == pytest.approx(SCRIPT.first_token_seconds, abs=0.05)
-    # Decode rate: the 14 tokens after the first frame over the scripted gaps.
-    assert result.decode_tokens_per_second == pytest.approx((16 - 2) / sum(GAPS), rel=0.1)
+    # The simulator sleeps the scripted time; a loaded machine makes a sleep longer,
+    # never shorter, and can deliver one frame late (shortening the gap after it
+    # by that lag). So: within 50 ms below, and not far above.
+    def near(measured: float, scripted: float) -> bool:
+        return scripted - 0.05 <= measured <= scripted + 0.25
+
+    assert all(near(m, g) for m, g in zip(result.gaps_seconds, GAPS, strict=True)), \
+        result.gaps_seconds
+    assert result.max_gap_seconds == max(result.gaps_seconds)
+    assert near(result.max_gap_seconds, max(GAPS))
+    assert near(result.ttft_seconds, SCRIPT.first_token_seconds)
+    # Decode rate: the 14 tokens after the first frame over the gaps they took.
+    assert result.decode_tokens_per_second == pytest.approx(
+        (16 - 2) / sum(result.gaps_seconds), rel=1e-6)
     cumulative = [count for _, count in probe.gaps.buckets()]
     assert cumulative == sorted(cumulative) and cumulative[-1] == len(GAPS)
     sent = requests[0]

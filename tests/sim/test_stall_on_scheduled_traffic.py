@@ -10,8 +10,9 @@ import aiohttp
 import pytest
 
 from exporter.engines.fetch import get_text
-from exporter.engines.mapping import SGLANG
 from exporter.engines.stall import StallPoller
+from exporter.engines.stall_readers import MetricsBody, MetricsReader
+from exporter.engines.stall_signals import plan_for
 from exporter.sim.scheduler import Policy
 from exporter.sim.sglang_state import SimEngine
 from tests.engines.helpers import running_sim
@@ -34,8 +35,9 @@ def longest_stall(policy: Policy) -> tuple[float, float]:
         state = SimEngine(clock=clock, policy=policy)
         a = state.submit(65536, 10**6, cached={"device": 65535})
         async with running_sim(state) as server, aiohttp.ClientSession() as session:
-            poller = StallPoller(lambda: get_text(session, server.url + "/metrics"), SGLANG,
-                                 TICK, clock=clock)
+            body = MetricsBody(lambda: get_text(session, server.url + "/metrics"), clock)
+            poller = StallPoller(MetricsReader(body, TICK), plan_for(state.version),
+                                 clock=clock)
             b = None
             longest = 0.0
             for step in range(int(62 / TICK)):

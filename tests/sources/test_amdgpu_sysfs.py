@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import filecmp
 import logging
 import os
@@ -17,6 +18,7 @@ from exporter.sim.amdgpu_sysfs import (
     write_card,
     write_rig,
 )
+from exporter.sources import amdgpu_sysfs
 from exporter.sources.amdgpu_sysfs import AmdgpuSysfs, CardReading
 from exporter.sources.base import SourceError
 from tests.conftest import SYSFS_FIXTURE, card_device, hwmon_dir
@@ -226,3 +228,22 @@ class TestDpmTables:
     def test_garbage_tables_are_absent(self, sysfs_root: Path, text: str) -> None:
         (card_device(sysfs_root, "card1") / "pp_dpm_sclk").write_text(text)
         assert "sclk" not in read(sysfs_root)["card1"].clock_max_hertz
+
+
+def test_power1_input_that_answers_eopnotsupp_falls_back_quietly(
+    sysfs_root: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    # A kernel that shows power1_input though the SMU answers -EOPNOTSUPP on read.
+    (hwmon_dir(sysfs_root, "card2") / "power1_input").write_text("")
+    real = amdgpu_sysfs._read_until_eof
+
+    def not_supported(path: str) -> bytes:
+        if path.endswith("power1_input"):
+            raise OSError(errno.EOPNOTSUPP, "Operation not supported")
+        return real(path)
+
+    monkeypatch.setattr(amdgpu_sysfs, "_read_until_eof", not_supported)
+    with caplog.at_level(logging.WARNING):
+        cards = read(sysfs_root)
+    assert cards["card2"].power_watts == 339.0
+    assert "power1_input" not in caplog.text

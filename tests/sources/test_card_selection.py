@@ -40,13 +40,26 @@ def test_a_list_of_pci_addresses_reads_exactly_those(rig_with_igpu: Path) -> Non
     assert sorted(read(rig_with_igpu, ("0000:0a:00.0", "0000:7c:00.0"))) == ["card2", "card3"]
 
 
-def test_kind_comes_from_the_vram_carve_out_when_gpu_metrics_is_unreadable(
-    rig_with_igpu: Path
-) -> None:
+def test_without_gpu_metrics_every_card_is_read(rig_with_igpu: Path) -> None:
+    # VRAM alone never makes a card integrated: a garbled file must not lose a card.
     for spec in (RIG_CARDS[0], RYZEN_IGPU):
         (card_device(rig_with_igpu, spec.card) / "gpu_metrics").unlink()
-    cards = read(rig_with_igpu, "all")
-    assert (cards["card1"].kind, cards["card3"].kind) == ("discrete", "integrated")
+    cards = read(rig_with_igpu)
+    assert (cards["card1"].kind, cards["card3"].kind) == ("discrete", "discrete")
+
+
+@pytest.mark.parametrize("vram", ["0", "5", "25753026560"])
+def test_vram_that_is_no_carve_out_keeps_an_apu_header_discrete(
+    rig_with_igpu: Path, vram: str
+) -> None:
+    (card_device(rig_with_igpu, "card3") / "mem_info_vram_total").write_text(vram + "\n")
+    assert read(rig_with_igpu, "all")["card3"].kind == "discrete"
+
+
+def test_an_inconsistent_header_is_no_fact(rig_with_igpu: Path) -> None:
+    path = card_device(rig_with_igpu, "card3") / "gpu_metrics"
+    path.write_bytes(path.read_bytes()[:60])  # says 120 bytes, 60 read
+    assert read(rig_with_igpu, "all")["card3"].kind == "discrete"
 
 
 def test_the_device_id_alone_decides_nothing(tmp_path: Path) -> None:
@@ -72,3 +85,27 @@ def test_a_skipped_card_is_told_once_and_never_read_again(
             assert sorted(c.card for c in reader.read_cards()) == ["card1", "card2"]
     told = [r.getMessage() for r in caplog.records if "card3" in r.getMessage()]
     assert len(told) == 1 and "integrated" in told[0], told
+
+
+def test_a_card_with_no_fact_yet_is_read_and_asked_again(rig_with_igpu: Path) -> None:
+    device = card_device(rig_with_igpu, "card3")
+    blob = (device / "gpu_metrics").read_bytes()
+    for name in ("gpu_metrics", "mem_info_vram_total"):
+        (device / name).unlink()
+    reader = AmdgpuSysfs(rig_with_igpu)
+    assert "card3" in {c.card for c in reader.read_cards()}  # nothing says APU: read it
+    (device / "gpu_metrics").write_bytes(blob)  # the facts become readable
+    assert "card3" not in {c.card for c in reader.read_cards()}
+
+
+def test_a_card_read_once_then_found_integrated_is_not_reported_missing(
+    rig_with_igpu: Path
+) -> None:
+    device = card_device(rig_with_igpu, "card3")
+    blob = (device / "gpu_metrics").read_bytes()
+    (device / "gpu_metrics").unlink()
+    reader = AmdgpuSysfs(rig_with_igpu)
+    reader.read_cards()
+    (device / "gpu_metrics").write_bytes(blob)
+    cards = {c.card: c for c in reader.read_cards()}
+    assert "card3" not in cards and all(c.present for c in cards.values())

@@ -126,4 +126,5 @@ class StandIn:
             "method": request.method, "raw_path": request.raw_path,
             "headers": [[k, v] for k, v in request.headers.items()],
             "body_sha256": hashlib.sha256(body).hexdigest(), "body_length": len(body),
+            "upstream": f"127.0.0.1:{self.port}",
         }, status=int(request.query.get("status", 200)))

@@ -171,6 +171,7 @@ def test_non_streaming_and_other_paths_pass_through():
     assert echo["method"] == "PUT" and echo["raw_path"] == "/echo/a%2Fb/c?x=1&y=%20z"
     headers = {k.lower(): v for k, v in echo["headers"]}
     assert headers["x-agent"] == "a1" and headers["content-type"] == "app/x"
+    assert headers["host"] == echo["upstream"]  # the engine's, as a reverse proxy sets it
     assert "x-drop" not in headers  # named by Connection: hop-by-hop
     assert echo["body_sha256"] == hashlib.sha256(big).hexdigest()
     assert missing[0] == 404 and missing[1]["raw_path"] == "/echo/q?status=404"
