@@ -112,15 +112,17 @@ async def observe(scenario: Scenario) -> tuple[list[Sample], list[Sample], Thres
     return lead_in, fault, scaled_thresholds(Thresholds(), scale)
 
 
-# Known defect, found at landing: after main's new stall-tracker readers, the
-# rig's synthetic decode pause no longer reaches the tracker; the scenario must
-# move to submitted requests on the scheduler model. strict: a pass is news.
-KNOWN_BROKEN = {"prefill-starves-decode"}
+# Known defects, found at landing (07:15): since main's SimEngine drives decode and
+# the HiCache counters from its scheduler model, the rig's synthetic decode pauses
+# and token flows no longer reach /metrics. These scenarios must move to submitted
+# requests on the scheduler model. strict: a pass is news.
+KNOWN_BROKEN = {"prefill-starves-decode", "mixed-chunk-stutter", "hicache-thrash",
+                "l3-miss-storm"}
 
 
 @pytest.mark.parametrize("name", [
-    pytest.param(name, marks=pytest.mark.xfail(strict=True, reason="decode pause not seen "
-                                               "by the new stall tracker readers"))
+    pytest.param(name, marks=pytest.mark.xfail(strict=True, reason="synthetic pauses and flows "
+                                               "no longer reach the scheduler-driven /metrics"))
     if name in KNOWN_BROKEN else name for name in sorted(SCENARIOS)])
 def test_scenario_crosses_exactly_its_alerts(name: str) -> None:
     scenario = SCENARIOS[name]
