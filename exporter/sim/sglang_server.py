@@ -4,7 +4,7 @@
 /metrics is rendered from a SimEngine in SGLang 0.5.23's multiprocess format, on a
 template that is the genuine capture `sglang-0.5.23-metrics-multiproc-b.txt` (TP=2)
 plus the two L3 storage families of the single-process capture, both from
-/work/shared/fixtures/sglang. Families the state drives are re-rendered from it with
+tests/fixtures/engine/. Families the state drives are re-rendered from it with
 the template's names, labels and rank layout; the rest are served as captured. Labels
 stay sorted and values use prometheus_client's formatting, as a real server's do.
 With dp_size > 1 every scheduler-side series repeats once per `dp_rank`.
