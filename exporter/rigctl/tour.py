@@ -149,7 +149,12 @@ def _starve(rig: TourRig) -> None:
 def _wedge(rig: TourRig) -> None:
     rig.engine.queued = 3
     rig.engine.running = 0
-    rig.engine.wedged = True  # no batch runs: the probe's request never starts
+    # The scheduler hangs between requests: a probe caught mid-answer would make this
+    # a decode stall as well (RigDecodeStarvation, RigQueueHeadOfLine) depending on
+    # when the wedge lands, and the scenario is the wedge alone.
+    rig.engine.advance()
+    rig.engine.scheduler.abort_all()
+    rig.engine.wedged = True  # no batch runs: the probe's next request never starts
 
 
 def _unwedge(rig: TourRig) -> None:

@@ -115,13 +115,15 @@ async def observe(scenario: Scenario) -> tuple[list[Sample], list[Sample], Thres
 # Known defects, found at landing (07:15): since main's SimEngine drives decode and
 # the HiCache counters from its scheduler model, the rig's synthetic decode pauses
 # and token flows no longer reach /metrics. These scenarios must move to submitted
-# requests on the scheduler model. strict: a pass is news.
+# requests on the scheduler model. Not strict: hicache-thrash and l3-miss-storm pass
+# in some runs and fail in others (a clean CI run saw both XPASS), so a strict mark
+# fails at random. They stay reported as xfail/xpass until the move (issue #8).
 KNOWN_BROKEN = {"prefill-starves-decode", "mixed-chunk-stutter", "hicache-thrash",
                 "l3-miss-storm"}
 
 
 @pytest.mark.parametrize("name", [
-    pytest.param(name, marks=pytest.mark.xfail(strict=True, reason="synthetic pauses and flows "
+    pytest.param(name, marks=pytest.mark.xfail(strict=False, reason="synthetic pauses and flows "
                                                "no longer reach the scheduler-driven /metrics"))
     if name in KNOWN_BROKEN else name for name in sorted(SCENARIOS)])
 def test_scenario_crosses_exactly_its_alerts(name: str) -> None:
