@@ -10,6 +10,11 @@ Three shapes reach the rig (checked in sglang 0.5.23 and vllm 0.33.0 wheels):
   `completion_tokens` and `prompt_tokens_details.cached_tokens` (SGLang with
   `--enable-cache-report`, vLLM with `--enable-prompt-tokens-details`).
 - Errors inside a stream: `{"error": {"message": ...}}` in both engines, then `[DONE]`.
+
+The tap meets every frame of every stream, so the common ones are told from their
+bytes, without decoding the JSON: an OpenAI chunk with text and nothing else the
+meter reads (`_is_text_chunk`), and the meta_info of a native frame (`_tail_meta_info`).
+Everything else is decoded whole.
 """
 
 from __future__ import annotations
@@ -25,6 +30,19 @@ _FAST_PATH_BYTES = 4096
 _KEY_END = re.compile(rb"\s*:\s*")
 _DELTA_FIELDS = ("content", "reasoning_content", "reasoning", "tool_calls")
 _decoder = json.JSONDecoder()
+
+# In JSON an unescaped quote never occurs inside a string, so these match keys, never
+# text: a `_DELTA_FIELDS` key with a non-empty string or list, a completions `text`
+# with a non-empty string. The only string "content" of a chat chunk is
+# delta.content (logprobs.content is a list: sglang protocol.py ChoiceLogprobs).
+_DELTA_TEXT = re.compile(rb'"(?:content|reasoning_content|reasoning)"\s*:\s*"[^"]'
+                         rb'|"tool_calls"\s*:\s*\[\s*[^\]\s]')
+_CHOICE_TEXT = re.compile(rb'"text"\s*:\s*"[^"]')
+_CHOICES = re.compile(rb'"choices"\s*:\s*\[')
+# What the meter would read in a frame beyond its text; but SGLang writes `"usage":null`
+# on every chunk (pydantic model_dump_json, protocol.py ChatCompletionStreamResponse).
+_MORE = re.compile(rb'"(?:usage|error|meta_info)"')
+_USAGE_NULL = re.compile(rb'"usage"\s*:\s*null\s*[,}]')
 
 
 @dataclass(frozen=True)
@@ -42,16 +60,28 @@ class Frame:
 
 _DONE_FRAME = Frame(done=True)
 _UNRECOGNISED = Frame(recognised=False)
+_TEXT_CHUNK = Frame(content=True)
 
 
 def parse_frame(payload: bytes) -> Frame:
     """Read one payload; anything that is not one of the shapes above is `recognised=False`."""
     if payload == DONE:
         return _DONE_FRAME
-    if len(payload) > _FAST_PATH_BYTES:
+    if _is_text_chunk(payload):
+        return _TEXT_CHUNK
+    # A small frame may be an error frame; a large one is a native frame whose text
+    # may say "error" (an error frame is one short line).
+    if len(payload) > _FAST_PATH_BYTES or b'"error"' not in payload:
         meta = _tail_meta_info(payload)
         if meta is not None:
             return _native(meta)
+    return decode_frame(payload)
+
+
+def decode_frame(payload: bytes) -> Frame:
+    """The payload decoded whole: the reading that the byte-level paths keep to."""
+    if payload == DONE:
+        return _DONE_FRAME
     try:
         body = json.loads(payload)
     except (ValueError, UnicodeDecodeError):
@@ -66,6 +96,23 @@ def parse_frame(payload: bytes) -> Frame:
     if isinstance(body.get("choices"), list):
         return _openai(body)
     return _UNRECOGNISED
+
+
+def _is_text_chunk(payload: bytes) -> bool:
+    """An OpenAI chunk that carries text and no usage, error or meta_info: what the
+    full decode would read as `Frame(content=True)`. Any doubt answers False, and the
+    frame is decoded whole. (A malformed frame that looks like a text chunk is timed
+    as one: the engines write valid JSON.)"""
+    if payload[:1] != b"{" or payload[-1:] != b"}":
+        return False
+    more = _MORE.search(payload)
+    if more is not None and (_USAGE_NULL.match(payload, more.start()) is None
+                             or _MORE.search(payload, more.end()) is not None):
+        return False
+    if _CHOICES.search(payload) is None:
+        return False
+    text = _DELTA_TEXT if b'"delta"' in payload else _CHOICE_TEXT
+    return text.search(payload) is not None
 
 
 def _tail_meta_info(payload: bytes) -> dict | None:

@@ -25,22 +25,18 @@ class DataLines:
 
     def feed(self, chunk: bytes) -> list[bytes]:
         """The payloads of the `data:` lines this chunk completes (without `data:`)."""
-        payloads: list[bytes] = []
-        start = 0
-        while True:
-            end = chunk.find(b"\n", start)
-            if end < 0:
-                self._hold(chunk[start:])
-                return payloads
+        lines = chunk.split(b"\n")  # one C call: usually one frame's line and a blank one
+        rest = lines.pop()  # after the last newline: the start of a line still open
+        if lines:
             if self._skipping:
                 self._skipping = False
+                lines[0] = b""
             elif self._partial:
-                self._partial += chunk[start:end]
-                self._take(bytes(self._partial), payloads)
+                self._partial += lines[0]
+                lines[0] = bytes(self._partial)
                 self._partial.clear()
-            else:
-                self._take(chunk[start:end], payloads)
-            start = end + 1
+        self._hold(rest)
+        return [line[5:].strip() for line in lines if line.startswith(b"data:")]
 
     def _hold(self, rest: bytes) -> None:
         if self._skipping or not rest:
@@ -51,8 +47,3 @@ class DataLines:
             self.dropped_lines += 1
         else:
             self._partial += rest
-
-    @staticmethod
-    def _take(line: bytes, payloads: list[bytes]) -> None:
-        if line.startswith(b"data:"):
-            payloads.append(line[5:].strip())

@@ -99,7 +99,9 @@ class TapProxy:
         outcome = "error"
         try:
             await response.prepare(request)
-            async for chunk in upstream.content.iter_chunked(READ_CHUNK_BYTES):
+            # All the bytes that have arrived, at most the read buffer's worth (aiohttp
+            # stops reading the socket past that: backpressure), written in one go.
+            while chunk := await upstream.content.readany():
                 if stream is not None:
                     self.state.chunk(stream, chunk)
                 await response.write(chunk)

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import json
 
+from hypothesis import given
+from hypothesis import strategies as st
+
 from exporter.streams import Frame, parse_frame
 
 
@@ -76,3 +79,93 @@ def test_error_frames_of_both_engines():
 def test_anything_else_is_unrecognised():
     for payload in (b"not json", b"[1, 2]", b'{"x": 1}', b"\xff\xfe"):
         assert parse_frame(payload).recognised is False, payload
+
+
+# ---- the byte-level readings keep to the whole decode (frames.py `_is_text_chunk`)
+
+def sglang_chunk(delta: dict, usage: object = None, **choice: object) -> bytes:
+    """A chat chunk as SGLang 0.5.23 writes it: pydantic model_dump_json, compact, with
+    `"usage":null` and the delta's None fields (protocol.py ChatCompletionStreamResponse)."""
+    return json.dumps({
+        "id": "3f2a", "object": "chat.completion.chunk", "created": 1764547200, "model": "m",
+        "choices": [{"index": 0, "delta": {"role": None, "content": None,
+                                           "reasoning_content": None, **delta},
+                     "logprobs": None, "finish_reason": None, "matched_stop": None, **choice}],
+        "usage": usage}, separators=(",", ":")).encode()
+
+
+def test_the_common_chunks_are_read_from_their_bytes():
+    from exporter.streams.frames import _is_text_chunk
+
+    for payload in (sglang_chunk({"content": "Hi"}),
+                    sglang_chunk({"reasoning_content": "hm"}),
+                    json.dumps({"choices": [{"index": 0, "delta": {"content": " w"}}],
+                                "usage": None}).encode(),  # with json.dumps's spaces
+                    json.dumps({"object": "text_completion",
+                                "choices": [{"index": 0, "text": " the"}]}).encode()):
+        assert _is_text_chunk(payload), payload
+        assert parse_frame(payload) == Frame(content=True)
+
+
+NASTY_TEXT = ['say "content": "x"', '"usage": {"completion_tokens": 9}', "error", "usage",
+              "meta_info", "a\\", '"text":"t"', '{"tool_calls": [1]}', "", "é\n\"", "]"]
+
+
+def test_byte_level_reading_agrees_with_the_whole_decode_on_hard_cases():
+    from exporter.streams.frames import decode_frame
+
+    usage = {"prompt_tokens": 9, "completion_tokens": 5,
+             "prompt_tokens_details": {"cached_tokens": 4}}
+    payloads = [
+        sglang_chunk({"content": ""}),  # the role chunk: no text
+        sglang_chunk({"role": "assistant", "content": ""}),
+        sglang_chunk({"content": "x"}, usage=usage),  # continuous usage: counts to read
+        sglang_chunk({"content": "error"}),
+        sglang_chunk({"tool_calls": []}),
+        sglang_chunk({"tool_calls": [{"index": 0, "function": {"arguments": "{"}}]}),
+        sglang_chunk({"content": ""}, logprobs={"content": [
+            {"token": "a", "logprob": -1.0, "bytes": [97], "top_logprobs": []}]}),
+        json.dumps({"choices": [{"index": 0, "delta": {"content": ""}}],
+                    "id": 'say "content": "x"'}).encode(),
+        json.dumps({"choices": [{"index": 0, "delta": {}}, {"index": 1, "delta": {
+            "content": "b"}}]}).encode(),
+        json.dumps({"choices": [{"index": 0, "text": ""}], "usage": None}).encode(),
+        json.dumps({"choices": [], "usage": usage}).encode(),
+        json.dumps({"choices": None, "delta": {"content": "x"}}).encode(),
+        json.dumps({"delta": {"content": "x"}}).encode(),
+        json.dumps({"choices": [{"delta": {"content": "x"}}], "usage": None,
+                    "sglext": {"usage": {"completion_tokens": 3}}}).encode(),
+        json.dumps({"choices": [{"delta": {"content": "x"}, "usage": None}],
+                    "usage": {"completion_tokens": 3}}).encode(),
+        json.dumps({"error": {"message": "boom"}, "choices": [{"delta": {"content": "x"}}]}
+                   ).encode(),
+        json.dumps({"text": "error", "meta_info": {"completion_tokens": 2,
+                                                   "cached_tokens": 1}}).encode(),
+        *(sglang_chunk({"content": "", "reasoning_content": None}, id=text).replace(
+            b'"id":', b'"note":') for text in NASTY_TEXT),
+        *(sglang_chunk({"content": text}) for text in NASTY_TEXT),
+    ]
+    for payload in payloads:
+        assert parse_frame(payload) == decode_frame(payload), payload
+
+
+delta_values = st.one_of(st.none(), st.sampled_from(NASTY_TEXT), st.text(max_size=6),
+                         st.lists(st.just({"index": 0}), max_size=2))
+deltas = st.dictionaries(st.sampled_from(["role", "content", "reasoning_content", "reasoning",
+                                          "tool_calls"]), delta_values, max_size=4)
+choices = st.one_of(st.fixed_dictionaries({"index": st.just(0), "delta": deltas}),
+                    st.fixed_dictionaries({"index": st.just(0), "text": delta_values}))
+chunks = st.fixed_dictionaries(
+    {"choices": st.lists(choices, max_size=3)},
+    optional={"usage": st.one_of(st.none(), st.fixed_dictionaries(
+                  {"completion_tokens": st.integers(0, 9)})),
+              "id": st.sampled_from(NASTY_TEXT),
+              "error": st.sampled_from(["boom", {"message": "x"}])})
+
+
+@given(chunks, st.sampled_from([(",", ":"), (", ", ": ")]))
+def test_byte_level_reading_agrees_with_the_whole_decode_on_any_chunk(chunk, separators):
+    from exporter.streams.frames import decode_frame
+
+    payload = json.dumps(chunk, separators=separators).encode()
+    assert parse_frame(payload) == decode_frame(payload)

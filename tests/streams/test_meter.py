@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from exporter.streams import StreamMeter
 
@@ -79,3 +81,40 @@ def test_histogram_buckets_are_cumulative_and_le():
         histogram.observe(seconds)
     assert histogram.buckets() == [("0.1", 2.0), ("1.0", 4.0), ("+Inf", 5.0)]
     assert histogram.sum == pytest.approx(48.65) and histogram.count == 5
+
+
+def test_a_frame_is_timed_when_its_line_completes_however_the_reads_cut_it():
+    a, b, c = native(1), native(2), chat("x")
+    body = a + b + c
+    cut1, cut2 = len(a) // 2, len(a) + len(b) + 5
+    meter = StreamMeter(sent_at=0.0)
+    assert meter.feed(body[:cut1], 1.0) == []  # half a frame is no token yet
+    assert meter.timer.first_at is None
+    # The rest of a, all of b and the start of c in one read: a and b at its time.
+    assert meter.feed(body[cut1:cut2], 2.0) == [0.0]
+    assert meter.timer.first_at == 2.0 and meter.timer.tokens == 2
+    assert meter.feed(body[cut2:], 3.5) == [1.5]
+    assert meter.timer.tokens == 3
+
+
+def test_a_frame_larger_than_a_read_is_timed_at_its_last_piece():
+    big = data({"text": "w" * 300_000, "output_ids": list(range(40_000)),
+                "meta_info": {"completion_tokens": 40_000, "cached_tokens": 7}})
+    meter = StreamMeter(sent_at=0.0)
+    meter.feed(native(1), 0.5)
+    pieces = [big[i:i + 65536] for i in range(0, len(big), 65536)]
+    for n, piece in enumerate(pieces[:-1]):
+        assert meter.feed(piece, 1.0 + n) == []
+    assert meter.feed(pieces[-1], 9.0) == [pytest.approx(8.5)]
+    assert meter.timer.tokens == 40_000 and meter.cached_tokens == 7
+
+
+@given(st.lists(st.integers(min_value=0, max_value=2000), max_size=10))
+def test_any_cut_times_the_same_frames(cuts):
+    body = b"".join([native(1), chat("a"), native(3), b"data: [DONE]\n\n"])
+    edges = [0, *sorted(min(c, len(body)) for c in cuts), len(body)]
+    meter = StreamMeter(sent_at=0.0)
+    gaps = [g for n, (x, y) in enumerate(zip(edges, edges[1:], strict=False))
+            for g in meter.feed(body[x:y], float(n))]
+    assert len(gaps) == 2 and meter.timer.tokens == 3 and meter.done
+    assert sum(gaps) == meter.timer.last_at - meter.timer.first_at

@@ -41,3 +41,10 @@ def test_an_over_long_line_is_dropped_and_the_next_one_read():
     assert len(lines._partial) == 0
     assert lines.feed(b"x" * 1000 + b'\ndata: {"ok": 1}\n') == [b'{"ok": 1}']
     assert lines.dropped_lines == 1
+
+
+def test_the_rest_of_a_dropped_line_is_dropped_even_if_it_looks_like_a_line():
+    lines = DataLines(max_line_bytes=64)
+    assert lines.feed(b"data: " + b"x" * 60) == []  # over the bound: dropped
+    assert lines.feed(b'data: {"inside": 1}\ndata: {"ok": 1}\n') == [b'{"ok": 1}']
+    assert lines.dropped_lines == 1

@@ -290,3 +290,61 @@ def test_json_of_the_reading_is_plain():
 
     reading = TapState().reading("sglang", "main")
     assert json.loads(json.dumps(reading.__dict__))["max_gap_seconds"] == 0.0
+
+
+def test_frames_cut_anywhere_pass_whole_and_are_timed_when_complete():
+    """The engine's writes cut frames anywhere: half a frame, then its rest with a whole
+    frame and the start of a third, then a frame four times the tap's read buffer. The
+    bytes pass unchanged and each frame is timed when its last byte arrives."""
+    from aiohttp import web
+
+    from exporter.tap.proxy import READ_CHUNK_BYTES
+
+    def native(tokens: int, text: str = "w") -> bytes:
+        return (b"data: " + json.dumps({"text": text, "meta_info": {
+            "completion_tokens": tokens, "cached_tokens": 0}}).encode() + b"\n\n")
+
+    a, b, c = native(1), native(2), native(3)
+    big = native(4, "w" * 4 * READ_CHUNK_BYTES)
+    writes = [a[:10], a[10:] + b + c[:7], c[7:], big + b"data: [DONE]\n\n"]
+    written: list[float] = []
+
+    async def cuts(request: web.Request) -> web.StreamResponse:
+        response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await response.prepare(request)
+        written.append(time.monotonic())
+        for piece in writes:
+            await response.write(piece)
+            written.append(time.monotonic())
+            await asyncio.sleep(0.3)
+        return response
+
+    async def scenario():
+        app = web.Application()
+        app.router.add_post("/generate", cuts)
+        runner = web.AppRunner(app)
+        await runner.setup()
+        port = free_port()
+        await web.TCPSite(runner, "127.0.0.1", port).start()
+        address = f"127.0.0.1:{free_port()}"
+        tap = TapSource(EngineConfig(name="main", url=f"http://127.0.0.1:{port}",
+                                     tap_listen_address=address))
+        await tap.start()
+        try:
+            async with aiohttp.ClientSession() as session:
+                body = (await stream_through(session, f"http://{address}", "native"))[2]
+            return body, await tap.read()
+        finally:
+            await tap.close()
+            await runner.cleanup()
+
+    body, reading = asyncio.run(scenario())
+    assert body == b"".join(writes)
+    assert reading.generated_tokens == 4
+    # a's first 10 bytes (written[1]) start no token: TTFT runs to a's end (written[2]).
+    arrived = written[0]
+    assert reading.ttft_sum == pytest.approx(written[2] - arrived, abs=0.15)
+    # a and b came in one write (gap ~0), c ended with the third, big with the fourth.
+    assert reading.gap_buckets[-1] == ("+Inf", 3.0)
+    assert reading.gap_sum == pytest.approx(written[4] - written[2], abs=0.15)
+    assert reading.requests == {"ok": 1, "error": 0, "client_closed": 0}
