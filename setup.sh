@@ -44,7 +44,7 @@ fi
 # Reinstall only when the package's declaration changed since the last install.
 stamp=.venv/.rig-installed
 if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
-    echo "setup: installing rig-telemetry and its test extra into .venv"
-    .venv/bin/python -m pip install -q --disable-pip-version-check -e '.[test]'
+    echo "setup: installing rig-telemetry and its test and fast extras into .venv"
+    .venv/bin/python -m pip install -q --disable-pip-version-check -e '.[test,fast]'
     touch "$stamp"
 fi

@@ -1,24 +1,31 @@
 """What the stream tap adds to each frame, and what it costs the host.
 
     python bench/bench_tap.py [--frames 500] [--rate 100] [--streams 1,4,16] [--shape chat]
+                              [--repeat 1] [--no-uvloop]
 
 Three processes on loopback: a stand-in engine (a child) that streams `--frames`
 frames per request at `--rate` frames/s, each stamped with its CLOCK_MONOTONIC send
 time; the real exporter (a child, `python -m exporter`) with a tap in front of that
 engine and nothing else to do (no GPU, host or stall tracker); and this process, the
 clients. For each concurrency it streams once straight to the engine and once through
-the tap, and takes each frame's latency from its stamp to its arrival. The tap's added
-latency is the tapped percentile minus the direct one. Its CPU is the exporter
-process's CPU time (/proc/<pid>/stat utime+stime) over the tapped run, per 1,000
-frames and as a share of one core; the timing code alone (no network) is measured in
-this process for comparison. Targets (issue #12): p99 added under 2 ms; under
-2 % of a core at 16 streams x 100 frames/s.
+the tap, `--repeat` times, and takes each frame's latency from its stamp to its
+arrival. The tap's added latency is the tapped percentile minus the direct one.
+
+Its CPU is the exporter process's CPU time (/proc/<pid>/stat utime+stime) over the
+tapped run, less what the exporter spends with the tap idle over the same time
+(measured first, printed apart: the engine source polling the stand-in, which
+answers 404), per 1,000 frames and as a share of one core; the median of the
+repeats. The timing code alone (no network) is measured in this process for
+comparison. `--no-uvloop` runs the exporter on asyncio's loop even where uvloop is
+installed. Targets (issue #12): p99 added under 2 ms; under 2 % of a core at 16
+streams x 100 frames/s.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import importlib.util
 import json
 import os
 import statistics
@@ -72,6 +79,66 @@ def serve_engine(port: int) -> None:
     web.run_app(app, host="127.0.0.1", port=port, print=None, access_log=None)
 
 
+# ------------------------------------------------------------------ the floor
+class ClientSide(asyncio.Protocol):
+    """The floor's client connection: its bytes go to the engine once connected."""
+
+    def __init__(self, engine_port: int) -> None:
+        self.engine_port = engine_port
+        self.transport: asyncio.Transport | None = None
+        self.engine: EngineSide | None = None
+        self.held: list[bytes] = []
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]  # a TCP transport
+        loop = asyncio.get_running_loop()
+        loop.create_task(loop.create_connection(lambda: EngineSide(self), "127.0.0.1",
+                                                self.engine_port))
+
+    def data_received(self, data: bytes) -> None:
+        if self.engine is None or self.engine.transport is None:
+            self.held.append(data)
+        else:
+            self.engine.transport.write(data)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self.engine is not None and self.engine.transport is not None:
+            self.engine.transport.close()
+
+
+class EngineSide(asyncio.Protocol):
+    def __init__(self, client: ClientSide) -> None:
+        self.client = client
+        self.transport: asyncio.Transport | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]  # a TCP transport
+        self.client.engine = self
+        for data in self.client.held:
+            transport.write(data)
+
+    def data_received(self, data: bytes) -> None:
+        assert self.client.transport is not None
+        self.client.transport.write(data)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        assert self.client.transport is not None
+        self.client.transport.close()
+
+
+def serve_floor(listen_port: int, engine_port: int) -> None:
+    """The least a Python relay costs here: bytes in, bytes out; no HTTP, no timing. On
+    the loop the exporter would use (exporter.event_loop)."""
+    from exporter import event_loop
+
+    async def main() -> None:
+        await asyncio.get_running_loop().create_server(lambda: ClientSide(engine_port),
+                                                       "127.0.0.1", listen_port)
+        await asyncio.Event().wait()
+
+    event_loop.run(main())
+
+
 # ------------------------------------------------------------------ the clients
 async def one_stream(session: aiohttp.ClientSession, url: str, frames: int, rate: float,
                      shape: str, latencies: list[float]) -> int:
@@ -123,48 +190,111 @@ def percentile(values: list[float], q: float) -> float:
     return statistics.quantiles(values, n=1000, method="inclusive")[int(q * 1000) - 1]
 
 
+def measured(url: str, pid: int, streams: int,
+             args: argparse.Namespace) -> tuple[list[float], float, float]:
+    """One run through the relay at `url`: latencies, the relay's CPU seconds, wall seconds."""
+    cpu_before, wall_before = cpu_seconds(pid), time.monotonic()
+    latencies = asyncio.run(run(url, streams, args.frames, args.rate, args.shape))
+    return latencies, cpu_seconds(pid) - cpu_before, time.monotonic() - wall_before
+
+
+def idle_cpu_per_second(pid: int, seconds: float) -> float:
+    """The exporter's CPU seconds per second with the tap idle."""
+    before, started = cpu_seconds(pid), time.monotonic()
+    time.sleep(seconds)
+    return (cpu_seconds(pid) - before) / (time.monotonic() - started)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--frames", type=int, default=500, help="frames per stream")
     parser.add_argument("--rate", type=float, default=100.0, help="frames/s per stream")
     parser.add_argument("--streams", default="1,4,16", help="concurrency levels")
     parser.add_argument("--shape", choices=("chat", "native"), default="chat")
+    parser.add_argument("--repeat", type=int, default=1, help="runs per concurrency level")
+    parser.add_argument("--idle-seconds", type=float, default=10.0,
+                        help="how long the exporter's idle CPU is measured")
+    parser.add_argument("--no-uvloop", action="store_true",
+                        help="run the exporter on asyncio's loop even if uvloop is installed")
+    parser.add_argument("--floor", action="store_true",
+                        help="also time a bare TCP relay (no HTTP, no timing) for scale")
     parser.add_argument("--serve-engine", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--serve-floor", nargs=2, type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.serve_engine:
         serve_engine(args.serve_engine)
         return
+    if args.serve_floor:
+        if args.no_uvloop:
+            sys.modules["uvloop"] = None  # type: ignore[assignment]
+        serve_floor(*args.serve_floor)
+        return
     engine_port, tap_port, exporter_port = free_port(), free_port(), free_port()
     engine = subprocess.Popen([sys.executable, __file__, "--serve-engine", str(engine_port)])
+    # `import uvloop` fails where sys.modules holds None for it: asyncio's loop serves.
+    prelude = "import sys; sys.modules['uvloop'] = None; " if args.no_uvloop else ""
     exporter = subprocess.Popen(
-        [sys.executable, "-m", "exporter", "--no-collector.gpu", "--no-collector.host",
+        [sys.executable, "-c", prelude + "import runpy; runpy.run_module('exporter', "
+         "run_name='__main__')", "--no-collector.gpu", "--no-collector.host",
          "--web.listen-address", f"127.0.0.1:{exporter_port}", "--log.level", "warning",
          "--engine", f"main=http://127.0.0.1:{engine_port},stall_tracker=false,"
-                     f"tap_listen_address=127.0.0.1:{tap_port}"], cwd=ROOT)
+                     f"tap_listen_address=127.0.0.1:{tap_port}"],
+        cwd=ROOT)
+    # What exporter.event_loop picks in the child.
+    loop = "uvloop" if not args.no_uvloop and importlib.util.find_spec("uvloop") else "asyncio"
+    children = [exporter, engine]
+    floor_port = free_port()
+    if args.floor:
+        children.append(subprocess.Popen(
+            [sys.executable, __file__, "--serve-floor", str(floor_port), str(engine_port)]
+            + (["--no-uvloop"] if args.no_uvloop else [])))
     try:
         wait_ready(f"http://127.0.0.1:{engine_port}/health", engine)
         wait_ready(f"http://127.0.0.1:{exporter_port}/-/healthy", exporter)
+        if args.floor:
+            wait_ready(f"http://127.0.0.1:{floor_port}/health", children[-1])
         direct, tapped = f"http://127.0.0.1:{engine_port}", f"http://127.0.0.1:{tap_port}"
         asyncio.run(run(tapped, 1, 50, args.rate, args.shape))  # warm up both paths
-        print(f"{args.shape} frames, {args.frames} per stream at {args.rate:g}/s; "
-              f"{os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f}")
+        idle = idle_cpu_per_second(exporter.pid, args.idle_seconds)
+        print(f"{args.shape} frames, {args.frames} per stream at {args.rate:g}/s, "
+              f"{args.repeat} run(s) each; exporter on {loop}; {os.cpu_count()} cores, "
+              f"load average {os.getloadavg()[0]:.1f}")
+        print(f"exporter with the tap idle: {idle * 1000:.2f} ms CPU per second "
+              f"({idle * 100:.3f} % of a core), subtracted below")
         print(f"timing alone (parse + gap timer + histograms): "
               f"{timing_cost(args.shape) * 1e6:.1f} us CPU per frame")
         print("streams  direct p50/p99 ms  tapped p50/p99 ms  added p50/p99 ms  "
-              "tap CPU ms/1000 frames  tap CPU % of a core")
+              "tap CPU ms/1000 frames  tap CPU % of a core  load"
+              + ("  bare relay CPU ms/1000 frames, % of a core" if args.floor else ""))
         for streams in (int(s) for s in args.streams.split(",")):
-            base = asyncio.run(run(direct, streams, args.frames, args.rate, args.shape))
-            cpu_before, wall_before = cpu_seconds(exporter.pid), time.monotonic()
-            through = asyncio.run(run(tapped, streams, args.frames, args.rate, args.shape))
-            cpu = cpu_seconds(exporter.pid) - cpu_before
-            wall = time.monotonic() - wall_before
+            base: list[float] = []
+            through: list[float] = []
+            per_frame: list[float] = []
+            share: list[float] = []
+            floor_per_frame: list[float] = []
+            floor_share: list[float] = []
+            for _ in range(args.repeat):
+                base += asyncio.run(run(direct, streams, args.frames, args.rate, args.shape))
+                latencies, cpu, wall = measured(tapped, exporter.pid, streams, args)
+                cpu -= idle * wall
+                through += latencies
+                per_frame.append(cpu / len(latencies))
+                share.append(cpu / wall)
+                if args.floor:
+                    latencies, cpu, wall = measured(f"http://127.0.0.1:{floor_port}",
+                                                    children[-1].pid, streams, args)
+                    floor_per_frame.append(cpu / len(latencies))
+                    floor_share.append(cpu / wall)
             d50, d99 = (percentile(base, q) * 1000 for q in (0.5, 0.99))
             t50, t99 = (percentile(through, q) * 1000 for q in (0.5, 0.99))
+            floor = (f"  {statistics.median(floor_per_frame) * 1e6:29.1f}, "
+                     f"{statistics.median(floor_share) * 100:5.2f}" if args.floor else "")
             print(f"{streams:7d}  {d50:7.3f} / {d99:7.3f}  {t50:7.3f} / {t99:7.3f}  "
                   f"{t50 - d50:6.3f} / {t99 - d99:6.3f}  "
-                  f"{cpu * 1e6 / len(through):21.1f}  {cpu / wall * 100:18.2f}")
+                  f"{statistics.median(per_frame) * 1e6:21.1f}  "
+                  f"{statistics.median(share) * 100:18.2f}  {os.getloadavg()[0]:4.1f}{floor}")
     finally:
-        for process in (exporter, engine):
+        for process in children:
             process.terminate()
             process.wait(timeout=10)
 

@@ -18,7 +18,7 @@ from dataclasses import replace
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST
 
-from exporter import __version__
+from exporter import __version__, event_loop
 from exporter.config import Config, ConfigError, WebConfig
 from exporter.runtime import Exporter
 from exporter.sources.base import Snapshot
@@ -121,7 +121,7 @@ def serve(config: Config, security: WebSecurity | None = None,
     Raises OSError when the address cannot be bound, before anything is logged
     as listening.
     """
-    asyncio.run(_serve(config, security or WebSecurity(), reload))
+    event_loop.run(_serve(config, security or WebSecurity(), reload))
 
 
 async def _serve(config: Config, security: WebSecurity,
@@ -142,6 +142,7 @@ async def _serve(config: Config, security: WebSecurity,
         log.info("listening on %s", listening_url(config.web, tls=security.tls is not None))
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
+        log.debug("event loop: %s", type(loop).__module__.partition(".")[0])
         for signum in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(signum, stop.set)
         loop.add_signal_handler(signal.SIGHUP, lambda: asyncio.ensure_future(
