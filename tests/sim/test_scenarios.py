@@ -9,22 +9,22 @@ from dataclasses import dataclass
 import pytest
 
 from alerts.generate import build
+from alerts.timescale import scaled_thresholds
 from exporter.engines.stall_readers import BODY_REUSE_SECONDS
 from exporter.runtime import Exporter
 from exporter.sim.rig import SimRig
 from exporter.sim.scenarios import SCENARIOS, Scenario
-from exporter.sim.timescale import scaled_thresholds
 from exporter.thresholds import Thresholds
 from tests.scrape import Samples, get, parse_samples, serving
 from tests.sim.conditions import Crossing, crossed
 
-# A scenario second lasts 20 ms: counters and rule windows compress 50-fold.
-TIME_SCALE = 0.02
+# The rig lives 50 times faster: a scenario second lasts 20 ms.
+TIME_SCALE = 50.0
 # The stall tracker reports no stall under MIN_STALL_SECONDS of real time (its
 # floor against a busy machine's scheduling hiccups), so a stall scenario runs
 # slow enough for its pauses to clear that floor: the 47.23 s starvation lasts
-# 2.4 s at 0.05, the stutter's 3.997 s pauses 1.6 s at 0.4.
-TIME_SCALES = {"prefill-starves-decode": 0.05, "mixed-chunk-stutter": 0.4}
+# 2.4 s at x20, the stutter's 3.997 s pauses 1.6 s at x2.5.
+TIME_SCALES = {"prefill-starves-decode": 20.0, "mixed-chunk-stutter": 2.5}
 # Scenario seconds to watch the fault for: long enough for the probe (a 60 s
 # interval and a timeout of 3 s real, 150 scenario s) and for a stutter pause.
 WATCH = {"engine-wedged": 300.0, "mixed-chunk-stutter": 20.0, "healthy": 300.0}
@@ -91,7 +91,7 @@ async def observe(scenario: Scenario) -> tuple[list[Sample], list[Sample], Thres
     # stall that has ended still shows after the heal: watch to the end.
     fault_end = scenario.heal_at if scenario.name != "prefill-starves-decode" else None
     fault_end = fault_end or scenario.seconds
-    settle = max(SETTLE, SETTLE_REAL_SECONDS / scale)
+    settle = max(SETTLE, SETTLE_REAL_SECONDS * scale)
     watch = min(fault_at + settle + WATCH.get(scenario.name, DEFAULT_WATCH), fault_end)
     async with SimRig(time_scale=scale) as rig:
         exporter = Exporter(rig.exporter_config())

@@ -33,7 +33,7 @@ HEAL_AT = LEAD_IN_SECONDS + DEFAULTS.engine_wedged_seconds + MARGIN_SECONDS
 
 
 def scheduler_hangs(rig) -> None:
-    rig.wedge_stream()
+    rig.wedge_scheduler()
     rig.set_flows(EngineFlows())
     rig.set_engine(running=0, queued=3)
 
