@@ -68,6 +68,9 @@ class Thresholds:
     hicache_recompute_for_seconds: int = 60
     hicache_storage_window_seconds: int = 1800
     hicache_storage_for_seconds: int = 600
+    # A session comes back from L3 only once a nearly full L2 has dropped it;
+    # below this a prompt that misses every tier is new, not a lost session.
+    hicache_storage_l2_ratio: float = 0.9
 
     # --- GPU ----------------------------------------------------------------
     gpu_busy_ratio: float = 0.8  # "under load"

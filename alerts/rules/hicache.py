@@ -92,17 +92,22 @@ rate(rig_engine_hicache_evicted_tokens_total[{w}]) > 0
         Alert(
             "RigHiCacheStorageMisses",
             "warning",
-            # The storage counters exist only with an L3 backend configured.
+            # The storage counters exist only with an L3 backend configured. Only a
+            # nearly full L2 drops sessions to L3 alone: with room in L2, prompts
+            # that miss every tier are new ones (cold prefills), not lost sessions.
             f"""
 {written} > 0
 and on({ENGINE})
 ({prefetched} or {written} * 0) == 0
 and on({ENGINE})
 {missing_hits(storage)} >= {long_prompt}
+and on({ENGINE})
+{HOST_USAGE} >= {num(t.hicache_storage_l2_ratio)}
 """,
             t.hicache_storage_for_seconds,
             f"L3 storage was written in the last {storage} yet nothing was prefetched back"
-            f" while {long_prompt} or more prompt tokens missed every tier.",
+            f" while {long_prompt} or more prompt tokens missed every tier and L2 was"
+            f" {pct(t.hicache_storage_l2_ratio)} full or more.",
             ENGINE_SUBJECT
             + " wrote {{ $value | humanize }} tokens to L3 in the last "
             + storage

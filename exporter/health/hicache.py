@@ -22,7 +22,7 @@ def hicache_signals(c: Context) -> list[Signal]:
         out += _occupancy(c, labels, reading, capacity)
         out += _churn(c, labels, reading)
         out += _recompute(c, labels, reading, capacity)
-        out += _storage(c, labels, reading)
+        out += _storage(c, labels, reading, capacity)
     return out
 
 
@@ -118,10 +118,13 @@ def _recompute(c: Context, labels: dict[str, str], reading: EngineReading,
                    "recompute")]
 
 
-def _storage(c: Context, labels: dict[str, str], reading: EngineReading) -> list[Signal]:
+def _storage(c: Context, labels: dict[str, str], reading: EngineReading,
+             capacity: float) -> list[Signal]:
     t, name = c.t, labels["name"]
     if "hicache_storage_written_tokens_total" not in reading.metrics.values:
         return []  # no L3 backend
+    if _usage(reading, capacity) < t.hicache_storage_l2_ratio:
+        return []  # L2 holds the sessions it dropped from L1: misses are new prompts
     window = t.hicache_storage_window_seconds
     stages = (Stage("warning", t.hicache_storage_for_seconds),)
     if not c.filled(window):

@@ -1,12 +1,12 @@
 """`rigctl demo`: the whole stack on a machine with no GPU and no SGLang.
 
-It starts the simulated rig (`exporter.rigctl.tour`: the simulated SGLang
-server, two 7900 XTX cards in a sysfs tree, the host's /proc files), a real
-`rig-exporter` reading it, and, when they are installed, Prometheus and
-Alertmanager with time-scaled copies of the rules and routing. Then it plays a
-tour of scenarios, the ones the end-to-end tests assert on, and prints as they
-happen each fault and heal, each alert going pending, firing and resolved in
-Prometheus, and each notification Alertmanager sends.
+It starts the simulated rig (`exporter.sim`: the simulated SGLang server, two
+7900 XTX cards in a sysfs tree, the host's /proc files), a real `rig-exporter`
+reading it, and, when they are installed, Prometheus and Alertmanager with
+time-scaled copies of the rules and routing. Then it plays a tour of the
+scenarios (`exporter.sim.scenarios`, the ones the end-to-end tests assert on),
+and prints as they happen each step of a scenario, each alert going pending,
+firing and resolved in Prometheus, and each notification Alertmanager sends.
 
 Ctrl-C stops everything it started (each process in its own process group)
 and removes its temporary directory.
@@ -23,13 +23,20 @@ import sys
 import tempfile
 import time
 import urllib.request
-from collections.abc import Callable
 from pathlib import Path
 from typing import TextIO
 
 from exporter.rigctl.common import EXIT_OK, EXIT_UNKNOWN
-from exporter.rigctl.stack import Monitoring, Notification, Process, WebhookReceiver
-from exporter.rigctl.tour import SCENARIOS, TICK_SECONDS, Scenario, TourRig
+from exporter.rigctl.stack import (
+    Monitoring,
+    Notification,
+    Process,
+    WebhookReceiver,
+    start_exporter,
+    wait_exporter,
+)
+from exporter.sim.rig import SimRig
+from exporter.sim.scenarios import SCENARIOS, Scenario
 
 # Short scenarios that show each family of alert, in an order that tells a story.
 TOUR = ("healthy", "prefill-starves-decode", "thermal-downclock", "swap-storm",
@@ -39,10 +46,8 @@ DEFAULT_SPEED = 10.0
 # machine's scheduling hiccups must stay below the compressed 10 s threshold.
 MAX_STALL_SCALE = 2.0
 WATCH_SECONDS = 1.0
-# How long the healthy rig is watched, and the slack on each fault's deadline.
-HEALTHY_SECONDS = 60.0
-SLACK_SECONDS = 20.0
-HOLD_SECONDS = 3.0
+# How long the healthy rig is watched (the rig's seconds).
+HEALTHY_SECONDS = 120.0
 # Bounds on the wait for the last alerts: resolution, then its notification
 # (Alertmanager sends resolutions at the next group_interval).
 SETTLE_SECONDS = 150.0
@@ -67,18 +72,17 @@ def add_parser(commands: argparse._SubParsersAction) -> argparse.ArgumentParser:
 
 
 def run(args: argparse.Namespace, out: TextIO) -> int:
-    scenarios = {s.name: s for s in SCENARIOS}
     if args.list:
-        for scenario in SCENARIOS:
-            print(f"{scenario.name:24} {scenario.reproduces}", file=out)
+        for scenario in SCENARIOS.values():
+            print(f"{scenario.name:24} {scenario.summary}", file=out)
         return EXIT_OK
     names = args.scenario or list(TOUR)
-    unknown = [n for n in names if n not in scenarios]
+    unknown = [n for n in names if n not in SCENARIOS]
     if unknown or args.speed <= 0:
         problem = f"unknown scenario {unknown[0]!r} (see --list)" if unknown else "--speed > 0"
         print(f"rigctl demo: {problem}", file=sys.stderr)
         return EXIT_UNKNOWN
-    demo = Demo([scenarios[n] for n in names], args.speed, not args.no_monitoring, out)
+    demo = Demo([SCENARIOS[n] for n in names], args.speed, not args.no_monitoring, out)
     try:
         asyncio.run(demo.main())
     except KeyboardInterrupt:
@@ -103,35 +107,35 @@ class Demo:
 
     async def main(self) -> None:
         directory = self.directory = Path(tempfile.mkdtemp(prefix="rigctl-demo-"))
-        rig = TourRig("demo", directory / "rig", self.speed, min(self.speed, MAX_STALL_SCALE))
-        rig.workdir.mkdir()
+        rig = SimRig(self.speed, directory=directory / "rig", say=self.say,
+                     stall_scale=min(self.speed, MAX_STALL_SCALE))
+        exporter: Process | None = None
         monitoring: Monitoring | None = None
         receiver = WebhookReceiver(on_notification=self._notified)
         watcher: asyncio.Task[None] | None = None
         try:
-            await rig.start_engine()
-            rig.write_files()
-            rig.start_exporter()
-            assert rig.exporter is not None
-            processes = [rig.exporter]
+            await rig.start()
+            exporter, address = start_exporter("demo", rig.exporter_args(), directory / "rig")
+            await asyncio.to_thread(wait_exporter, exporter, address)
+            processes = [exporter]
             if self.want_monitoring and _installed():
                 await receiver.start()
                 monitoring = Monitoring(directory / "monitoring", self.speed, receiver.url,
                                         stall_scale=rig.stall_scale)
                 # In this thread: its processes die with the thread that started them.
                 monitoring.start()
-                monitoring.write_targets([(rig.name, rig.exporter_address)])
+                monitoring.write_targets([("demo", address)])
                 processes += [p for p in (monitoring.prometheus, monitoring.alertmanager) if p]
                 watcher = asyncio.create_task(self._watch_alerts(monitoring))
             else:
                 if self.want_monitoring:
                     self.say("Prometheus or Alertmanager is not installed (./setup.sh installs"
                              " them): showing the exporter's readings instead of alerts")
-                watcher = asyncio.create_task(self._watch_exporter(rig.exporter_address))
-            self._ready(rig.exporter_address, monitoring, processes)
+                watcher = asyncio.create_task(self._watch_exporter(address))
+            self._ready(address, monitoring, processes)
             await self._warm_up(monitoring)
             for scenario in self.scenarios:
-                await self._play(scenario, rig, monitoring is not None)
+                await self._play(scenario, rig)
             await self._settle()
             self.say("tour done")
         finally:
@@ -141,55 +145,22 @@ class Demo:
                     await watcher
             if monitoring is not None:
                 monitoring.stop()
-            if rig.exporter is not None:
-                rig.exporter.stop()
+            if exporter is not None:
+                exporter.stop()
             await receiver.stop()
-            if rig.server is not None:
-                await rig.server.stop()
+            await rig.stop()
             shutil.rmtree(directory, ignore_errors=True)
 
-    async def _play(self, scenario: Scenario, rig: TourRig, watching: bool) -> None:
-        """Fault, wait for its alerts to fire (ticking its counters), heal, and wait
-        for them to resolve; each wait bounded by the scenario's own deadline."""
-        self.say(f"== {scenario.name}: {scenario.reproduces}")
-        if not scenario.expected:
-            await asyncio.sleep(HEALTHY_SECONDS / self.speed)
+    async def _play(self, scenario: Scenario, rig: SimRig) -> None:
+        """The scenario's timeline; the rig says each step, the watcher each alert."""
+        expected = ", ".join(_name({"alertname": e.alert, **e.labels})
+                             for e in scenario.expects)
+        self.say(f"== {scenario.name}: expect {expected or 'no alert'}")
+        await rig.play(scenario, stop_at=None if scenario.expects else HEALTHY_SECONDS)
+        if not scenario.expects:
             active = ", ".join(_name(labels) for labels in self._paging())
             self.say(f"   {scenario.name}: " + (f"active: {active}" if active else
                                                 "no alert that notifies anyone, as it should"))
-            return
-        wanted = ", ".join(e.alertname for e in scenario.expected)
-        self.say(f"   fault: expect {wanted}")
-        scenario.fault(rig)
-
-        def firing() -> bool:
-            states = [(dict(k), v) for k, v in self.alert_states.items()]
-            return all(any(e.matches(labels) and state == "firing" for labels, state in states)
-                       for e in scenario.expected)
-
-        await self._tick_until(scenario, rig, firing if watching else None,
-                               scenario.fire_within / self.speed + SLACK_SECONDS)
-        await self._tick_until(scenario, rig, None, HOLD_SECONDS)
-        self.say("   heal")
-        scenario.heal(rig)
-
-        def resolved() -> bool:
-            return not any(e.matches(dict(k)) for e in scenario.expected
-                           for k in self.alert_states)
-
-        deadline = time.monotonic() + SETTLE_SECONDS
-        while watching and not resolved() and time.monotonic() < deadline:
-            await asyncio.sleep(WATCH_SECONDS)
-
-    async def _tick_until(self, scenario: Scenario, rig: TourRig,
-                          done: Callable[[], bool] | None, seconds: float) -> None:
-        deadline = last = time.monotonic()
-        deadline += seconds
-        while time.monotonic() < deadline and not (done and done()):
-            await asyncio.sleep(TICK_SECONDS)
-            now = time.monotonic()
-            scenario.tick(rig, now - last)
-            last = now
 
     def _ready(self, address: str, monitoring: Monitoring | None,
                processes: list[Process]) -> None:

@@ -16,6 +16,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import sys
 import time
 import urllib.parse
 import urllib.request
@@ -84,6 +85,21 @@ def wait_ready(url: str, process: Process, timeout: float = 30) -> None:
             assert process.popen.poll() is None, f"{process.name} exited:\n{process.log()}"
             assert time.monotonic() < deadline, f"{process.name} not ready:\n{process.log()}"
             time.sleep(0.1)
+
+
+def start_exporter(name: str, args: Sequence[str], workdir: Path) -> tuple[Process, str]:
+    """A real `rig-exporter` process on a free loopback port, reading what `args`
+    name (a simulated rig's `exporter_args`). Wait for it with `wait_exporter`."""
+    address = f"127.0.0.1:{free_port()}"
+    process = Process(f"exporter {name}",
+                      [sys.executable, "-m", "exporter", "--web.listen-address", address, *args],
+                      workdir / "exporter.log", cwd=REPO,
+                      env={**os.environ, "PYTHONPATH": str(REPO)})
+    return process, address
+
+
+def wait_exporter(process: Process, address: str) -> None:
+    wait_ready(f"http://{address}/-/healthy", process)
 
 
 def tool(name: str) -> str:

@@ -7,7 +7,7 @@ person and one JSON object on a line of its own for a program:
 
     {"engine_url": "http://127.0.0.1:PORT", "sysfs_root": "...", "proc_root": "...",
      "exporter_args": ["--engine", "main=...", ...], "control_url": "http://127.0.0.1:PORT",
-     "time_scale": 1.0, "scenario": "healthy"}
+     "time_scale": 1.0, "stall_scale": 1.0, "scenario": "healthy"}
 
 Run an exporter on it with `rig-exporter <exporter_args>`. With --scenario it
 then plays that scenario, printing each step as `[  60.0 s] fault: ...`, and
@@ -38,9 +38,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     parser.add_argument("--scenario", metavar="NAME", choices=sorted(SCENARIOS),
                         help="play this scenario once ready (default: stay healthy)")
     parser.add_argument("--time-scale", type=_positive, default=1.0, metavar="F",
-                        help="real seconds per scenario second, e.g. 0.05 plays a 47 s "
-                             "stall in 2.35 s (default 1); the exporter flags printed "
-                             "compress the probe and stall tracker the same way")
+                        help="the rig lives F times faster than real time, e.g. 20 plays "
+                             "a 47 s stall in 2.35 s (default 1); the exporter flags "
+                             "printed compress the probe and stall tracker the same way")
+    parser.add_argument("--stall-scale", type=_positive, default=None, metavar="S",
+                        help="compress decode stalls and the probe's deadline S-fold "
+                             "only (default F): on a busy machine keep S at 2 or so, or "
+                             "scheduling hiccups read as stalls")
     parser.add_argument("--dir", metavar="PATH",
                         help="write sys/ and proc/ under PATH (default: a new temporary "
                              "directory); both are removed on exit")
@@ -83,7 +87,8 @@ async def run_rig(args: argparse.Namespace, out: TextIO) -> int:
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(signum, stop.set)
-    rig = SimRig(time_scale=args.time_scale, directory=args.dir, say=say)
+    rig = SimRig(time_scale=args.time_scale, directory=args.dir, say=say,
+                 stall_scale=args.stall_scale)
     control = RigControl(rig)
     try:
         await rig.start()

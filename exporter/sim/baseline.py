@@ -103,7 +103,7 @@ def apply_healthy(rig: SimRig) -> None:
     host.pressure_full_seconds = keep.pressure_full_seconds
     rig.set_host(**dataclasses.asdict(host))
     rig.set_flows(healthy_flows())
-    rig.wedge_stream(False)
+    rig.wedge_scheduler(False)
     rig.set_engine(running=2, queued=0, token_usage=0.58, decode_batches_per_second=30.0,
                    max_total_num_tokens=L1_CAPACITY_TOKENS,
                    hicache_host_total_tokens=L2_CAPACITY_TOKENS,

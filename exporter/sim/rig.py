@@ -6,15 +6,21 @@ into a directory, so that a real exporter reads all three through its usual
 flags (`exporter_args`). A tick loop moves the rig on in scenario time: token
 counters follow `EngineFlows`, swap and memory-pressure counters follow
 `HostState`; cards change only when told. Scenarios (`exporter.sim.scenarios`)
-drive it through the methods below, and so does the control endpoint.
+drive it through the methods below, and so does the control endpoint. Requests
+(the exporter's probe, a client's) go through the engine's scheduler model, so a
+decode pause shows in their streams and in /metrics alike.
 
-    async with SimRig(time_scale=0.05) as rig:
+    async with SimRig(time_scale=20) as rig:
         config = rig.exporter_config()
         await rig.play(SCENARIOS["thermal-downclock"])
 
-Compressed time follows `exporter.sim.timescale`: counts (tokens, bytes) move
-per scenario second; durations the exporter measures (stalls, probe gaps, PSI
-stall time) shrink with the factor.
+Compressed time (`exporter.sim.timescale`): at time scale F the rig lives F
+times faster than real time. Counts (tokens, bytes) move per scenario second.
+Durations the exporter measures against a threshold (decode stalls, the probe's
+deadline) compress by `stall_scale` instead, F unless told: on a busy machine a
+process can go unscheduled for a second, which at F = 10 would read as a 10 s
+stall, so the end-to-end tests and the demo compress stalls 2-fold only. PSI
+stall time accrues in real time (a share of time is the same at any scale).
 """
 
 from __future__ import annotations
@@ -34,7 +40,7 @@ from exporter.sim import amdgpu_sysfs, baseline
 from exporter.sim.amdgpu_sysfs import CardSpec
 from exporter.sim.procfs import GIB, MIB, PAGE, HostSpec, write_cpu_hwmon, write_proc
 from exporter.sim.sglang_server import SimServer
-from exporter.sim.sglang_state import SimEngine, StreamScript
+from exporter.sim.sglang_state import SimEngine
 from exporter.sim.timescale import ScenarioClock
 
 if TYPE_CHECKING:
@@ -43,10 +49,6 @@ if TYPE_CHECKING:
 
 # SGLang's `cache_source` label for each tier (reference/sglang-metrics.md §2.2).
 CACHE_SOURCE = {"L1": "device", "L2": "host", "L3": "storage"}
-
-# rig-facts: follow-up turn of a long-lived 64K session, TTFT 0.402 s, decode 86-96 tok/s.
-FOLLOW_UP_TTFT_SECONDS = 0.402
-DECODE_TOKENS_PER_SECOND = 88.8
 
 # The exporter's own schedules at time scale 1 (config defaults and DESIGN §3).
 PROBE_INTERVAL_SECONDS = 60.0
@@ -101,16 +103,19 @@ Action = Callable[["SimRig"], Any]
 class SimRig:
     def __init__(self, time_scale: float = 1.0, directory: str | os.PathLike[str] | None = None,
                  engine_name: str = "main", tick_seconds: float = 0.05,
-                 say: Callable[[str], None] | None = None) -> None:
+                 say: Callable[[str], None] | None = None,
+                 stall_scale: float | None = None) -> None:
         self.clock = ScenarioClock(time_scale)
         self.initial_time_scale = time_scale
+        self.stall_scale = stall_scale or time_scale
         self.engine_name = engine_name
         self.tick_seconds = tick_seconds
         self.say = say or (lambda line: None)
         self._own_directory = directory is None
         self.directory = Path(directory) if directory else None
         # The rig has an NVMe L3 (rig-facts); its counters appear on first use.
-        self.engine = SimEngine(clock=self.clock.now, hicache_storage="file")
+        self.engine = SimEngine(clock=self.clock.now, hicache_storage="file",
+                                time_scale=time_scale)
         self.flows = EngineFlows()
         self.host = HostState()
         self.cards: dict[str, CardSpec] = baseline.healthy_cards()
@@ -173,15 +178,17 @@ class SimRig:
         assert self.directory is not None, "the rig has not started"
         return self.directory / "proc"
 
-    def exporter_args(self) -> list[str]:
-        """rig-exporter flags for this rig; the probe and the stall tracker's
-        schedules are compressed like the scenario (`exporter.sim.timescale`),
-        down to a floor: a 50 ms poll and a 3 s probe timeout."""
-        timeout = max(MIN_PROBE_TIMEOUT_SECONDS, PROBE_TIMEOUT_SECONDS * self.initial_time_scale)
-        scale = self.initial_time_scale
-        poll = min(STALL_POLL_SECONDS, max(MIN_STALL_POLL_SECONDS, STALL_POLL_SECONDS * scale))
+    def exporter_args(self, stall_poll_seconds: float | None = None) -> list[str]:
+        """rig-exporter flags for this rig: the probe's schedule compressed like the
+        scenario; its deadline and the stall tracker's poll like stalls (a 47 s
+        stall must not fail the probe), down to a floor: a 50 ms poll and a 3 s
+        probe timeout."""
+        stall = self.stall_scale
+        timeout = max(MIN_PROBE_TIMEOUT_SECONDS, PROBE_TIMEOUT_SECONDS / stall)
+        poll = stall_poll_seconds or min(STALL_POLL_SECONDS,
+                                         max(MIN_STALL_POLL_SECONDS, STALL_POLL_SECONDS / stall))
         engine = (f"{self.engine_name}={self.engine_url}"
-                  f",probe_interval_seconds={PROBE_INTERVAL_SECONDS * scale:g}"
+                  f",probe_interval_seconds={PROBE_INTERVAL_SECONDS / self.initial_time_scale:g}"
                   f",probe_timeout_seconds={timeout:g}"
                   f",stall_poll_interval_seconds={poll:g}")
         return ["--engine", engine, "--sysfs.root", str(self.sysfs_root),
@@ -201,6 +208,7 @@ class SimRig:
             "proc_root": str(self.proc_root),
             "exporter_args": self.exporter_args(),
             "time_scale": self.clock.time_scale,
+            "stall_scale": self.stall_scale,
         }
 
     # --- controls (scenarios and the control endpoint) ----------------------
@@ -251,11 +259,17 @@ class SimRig:
         self.engine.retracted_requests = (self.engine.retracted_requests or 0) + requests
 
     def pause_decode(self, scenario_seconds: float) -> None:
-        self.engine.pause_decode(scenario_seconds)
+        """No decode batch for a stall of `scenario_seconds` (compressed like stalls)."""
+        self.engine.pause_decode(scenario_seconds * self.clock.time_scale / self.stall_scale)
 
-    def wedge_stream(self, wedged: bool = True) -> None:
-        """/generate accepts a request and never sends a token (a hung scheduler)."""
-        self.engine.stream = self._stream_script(hang_after_frames=0 if wedged else None)
+    def wedge_scheduler(self, wedged: bool = True) -> None:
+        """The scheduler hangs between batches: requests are accepted and never
+        get a token, while HTTP and /metrics still answer. It hangs between
+        requests: one caught mid-answer would make this a decode stall as well."""
+        if wedged:
+            self.engine.advance()
+            self.engine.scheduler.abort_all()
+        self.engine.wedged = wedged
 
     async def engine_down(self) -> None:
         """The engine process is gone: its port refuses connections."""
@@ -277,8 +291,9 @@ class SimRig:
                    stop_at: float | None = None) -> None:
         """Play `scenario` from its start; `stop_at` ends it early (scenario seconds)."""
         if time_scale is not None:
+            self.engine.advance()
             self.clock.rescale(time_scale)
-        self.engine.stream = self._stream_script()
+            self.engine.time_scale = time_scale
         start = self.scenario_started_at = self.clock.now()
         end = scenario.seconds if stop_at is None else min(stop_at, scenario.seconds)
         self.say(f"scenario {scenario.name}: {scenario.summary} "
@@ -376,9 +391,3 @@ class SimRig:
                         os.replace(source, target)
         finally:
             shutil.rmtree(staging, ignore_errors=True)
-
-    def _stream_script(self, hang_after_frames: int | None = None) -> StreamScript:
-        scale = self.clock.time_scale
-        return StreamScript(first_token_seconds=FOLLOW_UP_TTFT_SECONDS * scale,
-                            default_gap_seconds=scale / DECODE_TOKENS_PER_SECOND,
-                            hang_after_frames=hang_after_frames)

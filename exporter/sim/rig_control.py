@@ -5,7 +5,7 @@ Every command is a POST with a JSON object; the answer is the rig's state
 
     GET  /state                    the whole rig: phase, engine, flows, cards, host
     GET  /scenarios                the scenarios' names and summaries
-    POST /scenario                 {"name": "thermal-downclock", "time_scale": 0.05}
+    POST /scenario                 {"name": "thermal-downclock", "time_scale": 20}
                                    play one now (the one playing stops)
     POST /healthy                  everything back to healthy (the engine restarted if down)
     POST /cards/<card>             {"junction_celsius": 107, "sclk_mhz": 1650, ...}
@@ -163,7 +163,7 @@ class RigControl:
         if "down" in body:
             await (self.rig.engine_down() if body.pop("down") else self.rig.engine_up())
         if "wedged" in body:
-            self.rig.wedge_stream(bool(body.pop("wedged")))
+            self.rig.wedge_scheduler(bool(body.pop("wedged")))
         if "pause_decode_seconds" in body:
             self.rig.pause_decode(_number("pause_decode_seconds", body.pop("pause_decode_seconds")))
         if "retract" in body:
@@ -209,7 +209,7 @@ class RigControl:
             "engine": {"url": rig.engine_url, "up": rig.server is not None,
                        "running": engine.running, "queued": engine.queued,
                        "token_usage": engine.token_usage, "fault": str(engine.fault),
-                       "wedged": engine.stream.hang_after_frames is not None,
+                       "wedged": engine.wedged,
                        "decode_batches": engine.decode_batches()},
             "flows": dataclasses.asdict(rig.flows),
             "cards": {name: {"present": name not in rig.removed_cards,

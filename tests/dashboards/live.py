@@ -31,7 +31,7 @@ import aiohttp
 
 from alerts.generate import RULES_PATH
 from exporter.sim.amdgpu_sysfs import write_rig
-from exporter.sim.procfs import HostSpec, write_proc
+from exporter.sim.procfs import HostSpec, write_cpu_hwmon, write_proc
 from exporter.sim.sglang_server import Block, SimServer
 from exporter.sim.sglang_state import SimEngine
 from tests.scrape import free_port
@@ -249,6 +249,7 @@ def running_stack(tmp: Path) -> Iterator[Stack]:
     assert prometheus_bin, "prometheus not found: apt-get install prometheus"
     sysfs_root, proc_root = tmp / "sys", tmp / "proc"
     write_rig(sysfs_root)
+    write_cpu_hwmon(sysfs_root, 68.0)  # the Ryzen's k10temp Tctl
     write_proc(proc_root, HostSpec(swap_in_pages=100, swap_out_pages=200))
     exporter_log, prometheus_log = tmp / "exporter.log", tmp / "prometheus.log"
     sim = SimThread(sim_engine())

@@ -5,7 +5,7 @@ exporter's /metrics: gauges are read from the later scrape, counters as their
 increase (and rate) between the two. The `for` durations and the exact range
 windows are Prometheus' part, tested end to end; this is the question the
 scenario tests ask: do the rig's values cross the condition (and nothing
-else's)? Thresholds come scaled to the rig's time (`exporter.sim.timescale`).
+else's)? Thresholds come scaled to the rig's time (`alerts.timescale.scaled_thresholds`).
 """
 
 from __future__ import annotations
@@ -126,7 +126,8 @@ def _hicache(v: _View, t: Thresholds) -> set[Crossing]:
         found.add(_c("RigHiCacheHostPoolFull"))
     written = v.increase("rig_engine_hicache_storage_written_tokens_total", **e)
     prefetched = v.increase("rig_engine_hicache_storage_prefetched_tokens_total", **e) or 0.0
-    if written and prefetched == 0 and missing >= t.hicache_recompute_tokens:
+    if written and prefetched == 0 and missing >= t.hicache_recompute_tokens \
+            and usage is not None and usage >= t.hicache_storage_l2_ratio:
         found.add(_c("RigHiCacheStorageMisses"))
     return found
 

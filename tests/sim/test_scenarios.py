@@ -9,27 +9,32 @@ from dataclasses import dataclass
 import pytest
 
 from alerts.generate import build
+from alerts.timescale import scaled_thresholds
+from exporter.engines.stall_readers import BODY_REUSE_SECONDS
 from exporter.runtime import Exporter
 from exporter.sim.rig import SimRig
 from exporter.sim.scenarios import SCENARIOS, Scenario
-from exporter.sim.timescale import scaled_thresholds
 from exporter.thresholds import Thresholds
 from tests.scrape import Samples, get, parse_samples, serving
 from tests.sim.conditions import Crossing, crossed
 
-# A scenario second lasts 20 ms: the stall tracker (one poll per 50 ms at most)
-# still resolves a 47 s stall (0.94 s) against the 10 s threshold (0.2 s).
-TIME_SCALE = 0.02
-# The stutter's 4 s pauses need finer time: 0.2 s against a 0.1 s threshold.
-TIME_SCALES = {"mixed-chunk-stutter": 0.05}
+# The rig lives 50 times faster: a scenario second lasts 20 ms.
+TIME_SCALE = 50.0
+# The stall tracker reports no stall under MIN_STALL_SECONDS of real time (its
+# floor against a busy machine's scheduling hiccups), so a stall scenario runs
+# slow enough for its pauses to clear that floor: the 47.23 s starvation lasts
+# 2.4 s at x20, the stutter's 3.997 s pauses 1.6 s at x2.5.
+TIME_SCALES = {"prefill-starves-decode": 20.0, "mixed-chunk-stutter": 2.5}
 # Scenario seconds to watch the fault for: long enough for the probe (a 60 s
-# interval and a timeout of 3 s real, 150 scenario s) and for a few stutter pauses.
-WATCH = {"engine-wedged": 300.0, "mixed-chunk-stutter": 130.0, "healthy": 300.0}
+# interval and a timeout of 3 s real, 150 scenario s) and for a stutter pause.
+WATCH = {"engine-wedged": 300.0, "mixed-chunk-stutter": 20.0, "healthy": 300.0}
 DEFAULT_WATCH = 60.0
 SETTLE = 5.0  # scenario seconds into a phase before its first sample
-# When the engine goes away, the engine source may still answer a scrape from the
-# stall tracker's body of the last second while the probe already failed.
-SETTLE_REAL_SECONDS = {"engine-down": 1.5}
+# A scrape may be answered from the stall tracker's body of the last second
+# (BODY_REUSE_SECONDS), which at these scales is 20-50 scenario seconds old: a
+# phase's first sample must come after that, or it shows the phase before (and a
+# counter that first appears in the fault would show no increase).
+SETTLE_REAL_SECONDS = BODY_REUSE_SECONDS + 0.5
 ENOUGH_SAMPLES = 4
 
 
@@ -86,7 +91,7 @@ async def observe(scenario: Scenario) -> tuple[list[Sample], list[Sample], Thres
     # stall that has ended still shows after the heal: watch to the end.
     fault_end = scenario.heal_at if scenario.name != "prefill-starves-decode" else None
     fault_end = fault_end or scenario.seconds
-    settle = max(SETTLE, SETTLE_REAL_SECONDS.get(scenario.name, 0.0) / scale)
+    settle = max(SETTLE, SETTLE_REAL_SECONDS * scale)
     watch = min(fault_at + settle + WATCH.get(scenario.name, DEFAULT_WATCH), fault_end)
     async with SimRig(time_scale=scale) as rig:
         exporter = Exporter(rig.exporter_config())
@@ -112,20 +117,7 @@ async def observe(scenario: Scenario) -> tuple[list[Sample], list[Sample], Thres
     return lead_in, fault, scaled_thresholds(Thresholds(), scale)
 
 
-# Known defects, found at landing (07:15): since main's SimEngine drives decode and
-# the HiCache counters from its scheduler model, the rig's synthetic decode pauses
-# and token flows no longer reach /metrics. These scenarios must move to submitted
-# requests on the scheduler model. Not strict: hicache-thrash and l3-miss-storm pass
-# in some runs and fail in others (a clean CI run saw both XPASS), so a strict mark
-# fails at random. They stay reported as xfail/xpass until the move (issue #8).
-KNOWN_BROKEN = {"prefill-starves-decode", "mixed-chunk-stutter", "hicache-thrash",
-                "l3-miss-storm"}
-
-
-@pytest.mark.parametrize("name", [
-    pytest.param(name, marks=pytest.mark.xfail(strict=False, reason="synthetic pauses and flows "
-                                               "no longer reach the scheduler-driven /metrics"))
-    if name in KNOWN_BROKEN else name for name in sorted(SCENARIOS)])
+@pytest.mark.parametrize("name", sorted(SCENARIOS))
 def test_scenario_crosses_exactly_its_alerts(name: str) -> None:
     scenario = SCENARIOS[name]
     lead_in, fault, thresholds = asyncio.run(asyncio.wait_for(observe(scenario), 120))

@@ -61,7 +61,7 @@ def stop(process: subprocess.Popen[str]) -> str:
 
 @pytest.fixture
 def sim(tmp_path: Path):
-    process = start_sim("--dir", str(tmp_path), "--time-scale", "0.02")
+    process = start_sim("--dir", str(tmp_path), "--time-scale", "50")
     try:
         lines = read_until(process, lambda line: line.startswith("{"))
         yield process, json.loads(lines[-1]), lines
@@ -75,7 +75,7 @@ def test_ready_lines_and_the_files_they_name(sim, tmp_path: Path) -> None:
     process, ready, lines = sim
     assert lines[0].startswith("simulated rig ready: engine http://127.0.0.1:")
     assert set(ready) >= {"engine_url", "sysfs_root", "proc_root", "exporter_args",
-                          "control_url", "time_scale"}
+                          "control_url", "time_scale", "stall_scale"}
     assert ready["sysfs_root"] == str(tmp_path / "sys")
     assert (Path(ready["proc_root"]) / "meminfo").is_file()
     card2 = Path(ready["sysfs_root"]) / "class" / "drm" / "card2"
@@ -122,7 +122,7 @@ def test_control_endpoint_changes_the_rig_and_rejects_bad_commands(sim) -> None:
 
 def test_plays_a_scenario_printing_each_phase(tmp_path: Path) -> None:
     process = start_sim("--dir", str(tmp_path), "--scenario", "gpu-missing",
-                        "--time-scale", "0.005", "--exit-at-end")
+                        "--time-scale", "200", "--exit-at-end")
     try:
         out, err = process.communicate(timeout=DEADLINE_SECONDS)
     finally:
