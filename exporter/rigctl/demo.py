@@ -96,6 +96,7 @@ class Demo:
                  out: TextIO) -> None:
         self.scenarios = scenarios
         self.speed = speed
+        self.stall_scale = min(speed, MAX_STALL_SCALE)
         self.want_monitoring = monitoring
         self.out = out
         self.started = time.monotonic()
@@ -108,7 +109,7 @@ class Demo:
     async def main(self) -> None:
         directory = self.directory = Path(tempfile.mkdtemp(prefix="rigctl-demo-"))
         rig = SimRig(self.speed, directory=directory / "rig", say=self.say,
-                     stall_scale=min(self.speed, MAX_STALL_SCALE))
+                     stall_scale=self.stall_scale)
         exporter: Process | None = None
         monitoring: Monitoring | None = None
         receiver = WebhookReceiver(on_notification=self._notified)
@@ -171,7 +172,9 @@ class Demo:
             self.say(f"Alertmanager {monitoring.alertmanager_url}")
         self.say(f"files in {self.directory}")
         pids = " ".join(str(p.popen.pid) for p in processes)
-        self.say(f"running (pids {pids}); time runs {self.speed:g}x faster; Ctrl-C stops")
+        self.say(f"running (pids {pids}); time runs {self.speed:g}x faster, decode stalls"
+                 f" {self.stall_scale:g}x (a 47 s stall lasts {47 / self.stall_scale:.1f} s"
+                 f" and the 10 s threshold reads {10 / self.stall_scale:g} s); Ctrl-C stops")
 
     def _paging(self) -> list[dict[str, str]]:
         """Active alerts that notify someone (info alerts go nowhere)."""

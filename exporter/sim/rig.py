@@ -107,7 +107,7 @@ class SimRig:
                  stall_scale: float | None = None) -> None:
         self.clock = ScenarioClock(time_scale)
         self.initial_time_scale = time_scale
-        self.stall_scale = stall_scale or time_scale
+        self._stall_scale = stall_scale  # None: stalls compress like the rest
         self.engine_name = engine_name
         self.tick_seconds = tick_seconds
         self.say = say or (lambda line: None)
@@ -165,6 +165,10 @@ class SimRig:
 
     async def __aexit__(self, *exc_info: object) -> None:
         await self.stop()
+
+    @property
+    def stall_scale(self) -> float:
+        return self._stall_scale or self.clock.time_scale
 
     # --- where the exporter reads -------------------------------------------
 
@@ -288,12 +292,13 @@ class SimRig:
     # --- playing a scenario -------------------------------------------------
 
     async def play(self, scenario: Scenario, time_scale: float | None = None,
-                   stop_at: float | None = None) -> None:
-        """Play `scenario` from its start; `stop_at` ends it early (scenario seconds)."""
+                   stop_at: float | None = None,
+                   fault_time_scale: float | None = None) -> None:
+        """Play `scenario` from its start; `stop_at` ends it early (scenario seconds).
+        With `fault_time_scale`, the steps after the lead-in play at that scale (a
+        test can hurry through the healthy minute)."""
         if time_scale is not None:
-            self.engine.advance()
-            self.clock.rescale(time_scale)
-            self.engine.time_scale = time_scale
+            self.rescale(time_scale)
         start = self.scenario_started_at = self.clock.now()
         end = scenario.seconds if stop_at is None else min(stop_at, scenario.seconds)
         self.say(f"scenario {scenario.name}: {scenario.summary} "
@@ -302,6 +307,9 @@ class SimRig:
             if step.at > end:
                 break
             await self.sleep_until(start + step.at)
+            if fault_time_scale is not None and step.phase != "lead-in":
+                self.rescale(fault_time_scale)
+                fault_time_scale = None
             self.phase = step.phase
             outcome = step.act(self)
             if inspect.isawaitable(outcome):
@@ -310,9 +318,16 @@ class SimRig:
         await self.sleep_until(start + end)
         self.say(f"[{end:7.1f} s] scenario {scenario.name} done")
 
+    def rescale(self, time_scale: float) -> None:
+        """From now on the rig lives `time_scale` times faster (the clock stays
+        continuous; stalls keep their own compression)."""
+        self.engine.advance()
+        self.clock.rescale(time_scale)
+        self.engine.time_scale = time_scale
+
     async def sleep_until(self, scenario_time: float) -> None:
-        remaining = scenario_time - self.clock.now()
-        if remaining > 0:
+        # Again after waking: the time scale may have changed meanwhile.
+        while (remaining := scenario_time - self.clock.now()) > 0:
             await asyncio.sleep(self.clock.real_seconds(remaining))
 
     # --- the tick loop ------------------------------------------------------
