@@ -99,8 +99,8 @@ class TapProxy:
         outcome = "error"
         try:
             await response.prepare(request)
-            # All the bytes that have arrived, at most the read buffer's worth (aiohttp
-            # stops reading the socket past that: backpressure), written in one go.
+            # All the bytes that have arrived, written in one go; aiohttp stops reading
+            # the socket while twice READ_CHUNK_BYTES wait unread (backpressure).
             while chunk := await upstream.content.readany():
                 if stream is not None:
                     self.state.chunk(stream, chunk)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from exporter.streams import Frame, parse_frame
@@ -163,6 +163,7 @@ chunks = st.fixed_dictionaries(
               "error": st.sampled_from(["boom", {"message": "x"}])})
 
 
+@settings(deadline=None)  # a loaded box may pause any example
 @given(chunks, st.sampled_from([(",", ":"), (", ", ": ")]))
 def test_byte_level_reading_agrees_with_the_whole_decode_on_any_chunk(chunk, separators):
     from exporter.streams.frames import decode_frame

@@ -348,3 +348,54 @@ def test_frames_cut_anywhere_pass_whole_and_are_timed_when_complete():
     assert reading.gap_buckets[-1] == ("+Inf", 3.0)
     assert reading.gap_sum == pytest.approx(written[4] - written[2], abs=0.15)
     assert reading.requests == {"ok": 1, "error": 0, "client_closed": 0}
+
+
+def test_a_client_that_stops_reading_stops_the_engine():
+    """Backpressure: the tap reads the engine only as fast as the client takes the bytes,
+    so an engine streaming to a stalled client soon blocks on its own writes, far short
+    of its 256 MiB."""
+    from aiohttp import web
+
+    piece = b"data: " + b"x" * (64 * 1024 - 8) + b"\n\n"
+    total = 4096 * len(piece)
+    written = [0]
+
+    async def firehose(request: web.Request) -> web.StreamResponse:
+        response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await response.prepare(request)
+        for _ in range(total // len(piece)):
+            await response.write(piece)
+            written[0] += len(piece)
+        return response
+
+    async def scenario():
+        app = web.Application()
+        app.router.add_post("/generate", firehose)
+        runner = web.AppRunner(app)
+        await runner.setup()
+        port = free_port()
+        await web.TCPSite(runner, "127.0.0.1", port).start()
+        address = f"127.0.0.1:{free_port()}"
+        tap = TapSource(EngineConfig(name="main", url=f"http://127.0.0.1:{port}",
+                                     tap_listen_address=address))
+        await tap.start()
+        try:
+            async with aiohttp.ClientSession() as session, \
+                    session.post(f"http://{address}/generate", json={"stream": True}) as r:
+                await r.content.readany()  # then the client reads no more
+                stalled, previous = 0.0, -1
+                for _ in range(200):  # until the engine's writes stand still for 0.5 s
+                    await asyncio.sleep(0.1)
+                    stalled = stalled + 0.1 if written[0] == previous else 0.0
+                    previous = written[0]
+                    if stalled >= 0.5:
+                        break
+                return stalled, written[0]
+        finally:
+            await tap.close()
+            await runner.cleanup()
+
+    stalled, engine_wrote = asyncio.run(scenario())
+    assert stalled >= 0.5
+    # What sits in the loopback sockets' buffers and aiohttp's: tens of MiB at most.
+    assert engine_wrote < total // 4, engine_wrote
