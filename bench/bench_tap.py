@@ -1,7 +1,7 @@
 """What the stream tap adds to each frame, and what it costs the host.
 
     python bench/bench_tap.py [--frames 500] [--rate 100] [--streams 1,4,16] [--shape chat]
-                              [--repeat 1] [--no-uvloop]
+                              [--repeat 1] [--no-uvloop] [--floor] [--batched]
 
 Three processes on loopback: a stand-in engine (a child) that streams `--frames`
 frames per request at `--rate` frames/s, each stamped with its CLOCK_MONOTONIC send
@@ -17,8 +17,10 @@ tapped run, less what the exporter spends with the tap idle over the same time
 answers 404), per 1,000 frames and as a share of one core; the median of the
 repeats. The timing code alone (no network) is measured in this process for
 comparison. `--no-uvloop` runs the exporter on asyncio's loop even where uvloop is
-installed. Targets (issue #12): p99 added under 2 ms; under 2 % of a core at 16
-streams x 100 frames/s.
+installed. `--batched` sends every stream's frames on one shared clock, as SGLang's
+decode steps give each running request its token at once; by default each stream
+keeps its own clock, and the frames of 16 streams rarely arrive together. Targets
+(issue #12): p99 added under 2 ms; under 2 % of a core at 16 streams x 100 frames/s.
 """
 
 from __future__ import annotations
@@ -63,6 +65,10 @@ async def stream(request: web.Request) -> web.StreamResponse:
     response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
     await response.prepare(request)
     started = time.monotonic()
+    if asked.get("batched"):
+        # On the next tick of a clock shared by every stream, as SGLang's decode steps
+        # give each running request its token at once: the frames arrive together.
+        started = (started // interval + 1) * interval
     for i in range(frames):
         # Paced on an absolute schedule so a late frame does not delay the rest.
         await asyncio.sleep(max(0.0, started + i * interval - time.monotonic()))
@@ -141,11 +147,11 @@ def serve_floor(listen_port: int, engine_port: int) -> None:
 
 # ------------------------------------------------------------------ the clients
 async def one_stream(session: aiohttp.ClientSession, url: str, frames: int, rate: float,
-                     shape: str, latencies: list[float]) -> int:
+                     shape: str, latencies: list[float], batched: bool) -> int:
     path = "/generate" if shape == "native" else "/v1/chat/completions"
     got = 0
     async with session.post(url + path, json={"frames": frames, "rate": rate, "shape": shape,
-                                              "stream": True}) as response:
+                                              "batched": batched, "stream": True}) as response:
         async for line in response.content:
             now = time.monotonic()
             if not line.startswith(b"data: {"):
@@ -157,11 +163,12 @@ async def one_stream(session: aiohttp.ClientSession, url: str, frames: int, rate
     return got
 
 
-async def run(url: str, streams: int, frames: int, rate: float, shape: str) -> list[float]:
+async def run(url: str, streams: int, frames: int, rate: float, shape: str,
+              batched: bool = False) -> list[float]:
     latencies: list[float] = []
     async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as session:
-        counts = await asyncio.gather(*(one_stream(session, url, frames, rate, shape, latencies)
-                                        for _ in range(streams)))
+        counts = await asyncio.gather(*(one_stream(session, url, frames, rate, shape, latencies,
+                                                   batched) for _ in range(streams)))
     if sum(counts) != streams * frames:
         raise SystemExit(f"lost frames: {sum(counts)} of {streams * frames}")
     return latencies
@@ -194,7 +201,8 @@ def measured(url: str, pid: int, streams: int,
              args: argparse.Namespace) -> tuple[list[float], float, float]:
     """One run through the relay at `url`: latencies, the relay's CPU seconds, wall seconds."""
     cpu_before, wall_before = cpu_seconds(pid), time.monotonic()
-    latencies = asyncio.run(run(url, streams, args.frames, args.rate, args.shape))
+    latencies = asyncio.run(run(url, streams, args.frames, args.rate, args.shape,
+                                args.batched))
     return latencies, cpu_seconds(pid) - cpu_before, time.monotonic() - wall_before
 
 
@@ -216,6 +224,8 @@ def main() -> None:
                         help="how long the exporter's idle CPU is measured")
     parser.add_argument("--no-uvloop", action="store_true",
                         help="run the exporter on asyncio's loop even if uvloop is installed")
+    parser.add_argument("--batched", action="store_true",
+                        help="every stream's frames on one shared clock, as decode steps are")
     parser.add_argument("--floor", action="store_true",
                         help="also time a bare TCP relay (no HTTP, no timing) for scale")
     parser.add_argument("--serve-engine", type=int, help=argparse.SUPPRESS)
@@ -256,7 +266,8 @@ def main() -> None:
         direct, tapped = f"http://127.0.0.1:{engine_port}", f"http://127.0.0.1:{tap_port}"
         asyncio.run(run(tapped, 1, 50, args.rate, args.shape))  # warm up both paths
         idle = idle_cpu_per_second(exporter.pid, args.idle_seconds)
-        print(f"{args.shape} frames, {args.frames} per stream at {args.rate:g}/s, "
+        print(f"{args.shape} frames, {args.frames} per stream at {args.rate:g}/s"
+              f"{', batched' if args.batched else ''}, "
               f"{args.repeat} run(s) each; exporter on {loop}; {os.cpu_count()} cores, "
               f"load average {os.getloadavg()[0]:.1f}")
         print(f"exporter with the tap idle: {idle * 1000:.2f} ms CPU per second "
@@ -274,7 +285,8 @@ def main() -> None:
             floor_per_frame: list[float] = []
             floor_share: list[float] = []
             for _ in range(args.repeat):
-                base += asyncio.run(run(direct, streams, args.frames, args.rate, args.shape))
+                base += asyncio.run(run(direct, streams, args.frames, args.rate, args.shape,
+                                        args.batched))
                 latencies, cpu, wall = measured(tapped, exporter.pid, streams, args)
                 cpu -= idle * wall
                 through += latencies
