@@ -35,9 +35,11 @@ _CLOCK_FILES = {"sclk": "pp_dpm_sclk", "mclk": "pp_dpm_mclk"}
 # gpu_metrics format revisions 2 and 3 are the APU layouts (v2_x, v3_0: "gfx
 # temperature on APUs", kgd_pp_interface.h); 1 is the dGPU family (v1_x).
 _INTEGRATED_FORMATS = {2, 3}
-# An APU's VRAM is the BIOS carve-out of system RAM, 64 MiB to a few GiB on AM5
-# boards (inferred from board manuals, not a kernel fact). A 7900 XTX has 24 GiB.
-_CARVE_OUT_BYTES = (64 * 1024**2, 4 * 1024**3)
+# An APU's VRAM is the BIOS carve-out of system RAM ("UMA frame buffer size"). No
+# kernel or AMD source states its range; vendors' BIOS pages offer 512 MB to 4 GB
+# (Geekom) and "1 GB up to 16 GB" (XMG); 64 MiB is this project's guess of a floor.
+# A 7900 XTX has 24 GiB.
+_CARVE_OUT_BYTES = (64 * 1024**2, 16 * 1024**3)
 # Probed files (power1_input) may be absent, or present and answer -EOPNOTSUPP.
 _NOT_SUPPORTED = (errno.ENOENT, errno.EOPNOTSUPP)
 

@@ -48,12 +48,18 @@ def test_without_gpu_metrics_every_card_is_read(rig_with_igpu: Path) -> None:
     assert (cards["card1"].kind, cards["card3"].kind) == ("discrete", "discrete")
 
 
-@pytest.mark.parametrize("vram", ["0", "5", "25753026560"])
+@pytest.mark.parametrize("vram", ["0", "5", "17180917760", "25753026560"])
 def test_vram_that_is_no_carve_out_keeps_an_apu_header_discrete(
     rig_with_igpu: Path, vram: str
 ) -> None:
     (card_device(rig_with_igpu, "card3") / "mem_info_vram_total").write_text(vram + "\n")
     assert read(rig_with_igpu, "all")["card3"].kind == "discrete"
+
+
+def test_a_16_gib_carve_out_is_still_integrated(rig_with_igpu: Path) -> None:
+    # BIOSes offer UMA frame buffers up to 16 GB: the iGPU stays out of `discrete`.
+    (card_device(rig_with_igpu, "card3") / "mem_info_vram_total").write_text(f"{16 * 1024**3}\n")
+    assert read(rig_with_igpu, "all")["card3"].kind == "integrated"
 
 
 def test_an_inconsistent_header_is_no_fact(rig_with_igpu: Path) -> None:
