@@ -65,6 +65,9 @@ class EngineConfig:
     # The stall tracker reads the engine's counters 4 times a second.
     stall_tracker: bool = True
     stall_poll_interval_seconds: float = 0.25
+    # rig_engine_decode_stall_max_seconds looks back this far. Only a time-compressed
+    # test rig (exporter/sim) sets it, to match its compressed rules.
+    stall_window_seconds: float = 60.0
     # SGLang's PROMETHEUS_MULTIPROC_DIR: the tracker reads the counters from its files
     # (no engine work) instead of /metrics under a 2 % budget. "" : not set.
     metrics_dir: str = ""
@@ -208,6 +211,10 @@ def _engine(index: int, t: object) -> EngineConfig:
         stall_poll_interval_seconds=_positive(
             f"{key}.stall_poll_interval_seconds",
             t.get("stall_poll_interval_seconds", defaults.stall_poll_interval_seconds),
+        ),
+        stall_window_seconds=_positive(
+            f"{key}.stall_window_seconds",
+            t.get("stall_window_seconds", defaults.stall_window_seconds),
         ),
         metrics_dir=_metrics_dir(f"{key}.metrics_dir", t.get("metrics_dir", "")),
         tap_listen_address=_tap_address(f"{key}.tap_listen_address",

@@ -81,6 +81,13 @@ sysfs_root = "/tmp/sys"
         (engine,) = config.engines
         assert (engine.name, engine.kind, engine.probe_interval_seconds) == ("main", "vllm", 30)
 
+    def test_the_stall_window_defaults_to_a_minute_and_takes_a_flag(self) -> None:
+        (engine,) = config_for(["--engine", "main=http://127.0.0.1:30000"]).engines
+        assert engine.stall_window_seconds == 60.0
+        (engine,) = config_for(
+            ["--engine", "main=http://127.0.0.1:30000,stall_window_seconds=6"]).engines
+        assert engine.stall_window_seconds == 6
+
 
 class TestErrors:
     @pytest.mark.parametrize(
@@ -95,6 +102,8 @@ class TestErrors:
              "engine[0].kind", "tgi"),
             ({"engine": [{"name": "a", "url": "http://h:1", "probe_interval_seconds": -5}]},
              "engine[0].probe_interval_seconds", -5),
+            ({"engine": [{"name": "a", "url": "http://h:1", "stall_window_seconds": 0}]},
+             "engine[0].stall_window_seconds", 0),
             ({"engine": [{"name": "a", "url": "http://h:1"}, {"name": "a", "url": "http://h:2"}]},
              "engine.name", "a"),
             ({"web": {"listen_adress": "x"}}, "web.listen_adress", "x"),

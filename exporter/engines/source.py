@@ -116,7 +116,7 @@ class EngineSource:
         else:
             reader = MetricsReader(self.body, interval)
         self._stall_reader = reader
-        self.stall = StallPoller(reader, plan)
+        self.stall = StallPoller(reader, plan, window_seconds=self.config.stall_window_seconds)
         log.info("engine %s: stall tracker on SGLang %s (signals for %s) reads %s",
                  self.config.name, self._info.version, plan.releases, reader.how)
         await self.stall.run()

@@ -107,14 +107,15 @@ class StallPoller:
     def __init__(self, reader: CounterReader, plan: SignalPlan,
                  clock: Callable[[], float] = time.monotonic,
                  timeout_seconds: float = 2.0,
-                 sleep: Callable[[float], Awaitable[None]] = asyncio.sleep) -> None:
+                 sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+                 window_seconds: float = MAX_WINDOW_SECONDS) -> None:
         self.reader = reader
         self.view = ProgressView(plan)
         self.clock = clock
         self.sleep = sleep
         # A poll slower than this is an engine that does not answer, not a stall.
         self.timeout_seconds = timeout_seconds
-        self.tracker = DecodeStallTracker()
+        self.tracker = DecodeStallTracker(window_seconds)
 
     def state(self) -> StallState:
         return self.tracker.state(self.clock())

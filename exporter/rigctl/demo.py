@@ -49,9 +49,9 @@ WATCH_SECONDS = 1.0
 # How long the healthy rig is watched (the rig's seconds).
 HEALTHY_SECONDS = 120.0
 # Bounds on the wait for the last alerts: resolution, then its notification
-# (Alertmanager sends resolutions at the next group_interval).
+# (Alertmanager sends resolutions at the next group_interval: 5 min, 30 s at x10).
 SETTLE_SECONDS = 150.0
-NOTIFY_SECONDS = 20.0
+NOTIFY_SECONDS = 45.0
 # Until Prometheus scrapes the exporter; then a minute of the rig's healthy life.
 STARTUP_SECONDS = 60.0
 WARMUP_SECONDS = 60.0
@@ -101,6 +101,8 @@ class Demo:
         self.out = out
         self.started = time.monotonic()
         self.alert_states: dict[tuple[tuple[str, str], ...], str] = {}
+        # Alerts notified as firing and not yet as resolved.
+        self.unresolved: set[frozenset[tuple[str, str]]] = set()
         self.directory = Path()
 
     def say(self, line: str) -> None:
@@ -116,7 +118,8 @@ class Demo:
         watcher: asyncio.Task[None] | None = None
         try:
             await rig.start()
-            exporter, address = start_exporter("demo", rig.exporter_args(), directory / "rig")
+            exporter, address = start_exporter(
+                "demo", rig.exporter_args(compress_stall_window=True), directory / "rig")
             await asyncio.to_thread(wait_exporter, exporter, address)
             processes = [exporter]
             if self.want_monitoring and _installed():
@@ -181,14 +184,16 @@ class Demo:
         return [dict(k) for k in self.alert_states if dict(k).get("severity") != "info"]
 
     async def _settle(self) -> None:
-        """Wait for the alerts still active to resolve and be sent: the exporter's
-        longest-stall window is 60 real seconds at any speed."""
-        if self._paging():
+        """Wait for the alerts still active to resolve, and for Alertmanager to send
+        their resolutions (at its next group_interval)."""
+        if self._paging() or self.unresolved:
             self.say("waiting for the last alerts to resolve")
         deadline = time.monotonic() + SETTLE_SECONDS
         while self._paging() and time.monotonic() < deadline:
             await asyncio.sleep(WATCH_SECONDS)
-        await asyncio.sleep(NOTIFY_SECONDS)
+        deadline = time.monotonic() + NOTIFY_SECONDS
+        while self.unresolved and time.monotonic() < deadline:
+            await asyncio.sleep(WATCH_SECONDS)
 
     async def _warm_up(self, monitoring: Monitoring | None) -> None:
         """Let Prometheus scrape the rig healthy first: the exporter must have seen
@@ -232,6 +237,11 @@ class Demo:
 
     def _notified(self, notification: Notification) -> None:
         for alert in notification.payload["alerts"]:
+            identity = frozenset(alert["labels"].items())
+            if alert["status"] == "firing":
+                self.unresolved.add(identity)
+            else:
+                self.unresolved.discard(identity)
             what = "page" if notification.path == "/page" else "notify"
             status = alert["status"].upper()
             self.say(f"-> {what} {status} {_name(alert['labels'])}:"

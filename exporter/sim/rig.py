@@ -53,6 +53,7 @@ CACHE_SOURCE = {"L1": "device", "L2": "host", "L3": "storage"}
 # The exporter's own schedules at time scale 1 (config defaults and DESIGN §3).
 PROBE_INTERVAL_SECONDS = 60.0
 PROBE_TIMEOUT_SECONDS = 60.0
+STALL_WINDOW_SECONDS = 60.0  # the look-back of rig_engine_decode_stall_max_seconds
 STALL_POLL_SECONDS = 0.25
 # Below this the tracker's polls (a full /metrics render each) cost more than they
 # resolve: 20 polls/s of ~5 ms renders is a tenth of a core on this machine.
@@ -182,19 +183,26 @@ class SimRig:
         assert self.directory is not None, "the rig has not started"
         return self.directory / "proc"
 
-    def exporter_args(self, stall_poll_seconds: float | None = None) -> list[str]:
+    def exporter_args(self, stall_poll_seconds: float | None = None,
+                      compress_stall_window: bool = False) -> list[str]:
         """rig-exporter flags for this rig: the probe's schedule compressed like the
         scenario; its deadline and the stall tracker's poll like stalls (a 47 s
         stall must not fail the probe), down to a floor: a 50 ms poll and a 3 s
-        probe timeout."""
+        probe timeout. `compress_stall_window` compresses the tracker's 60 s
+        look-back like the scenario too, for Prometheus rules time-scaled by the
+        same factor (`alerts.timescale`): a stall then leaves the longest-stall
+        gauge when the scaled rules expect it to."""
         stall = self.stall_scale
         timeout = max(MIN_PROBE_TIMEOUT_SECONDS, PROBE_TIMEOUT_SECONDS / stall)
         poll = stall_poll_seconds or min(STALL_POLL_SECONDS,
                                          max(MIN_STALL_POLL_SECONDS, STALL_POLL_SECONDS / stall))
+        scale = self.initial_time_scale
         engine = (f"{self.engine_name}={self.engine_url}"
-                  f",probe_interval_seconds={PROBE_INTERVAL_SECONDS / self.initial_time_scale:g}"
+                  f",probe_interval_seconds={PROBE_INTERVAL_SECONDS / scale:g}"
                   f",probe_timeout_seconds={timeout:g}"
                   f",stall_poll_interval_seconds={poll:g}")
+        if compress_stall_window:
+            engine += f",stall_window_seconds={STALL_WINDOW_SECONDS / scale:g}"
         return ["--engine", engine, "--sysfs.root", str(self.sysfs_root),
                 "--proc.root", str(self.proc_root), "--gpu.backend", "sysfs"]
 

@@ -49,8 +49,8 @@ STALL_SCALE = 2.0
 # rigs tick at 4 Hz.
 STALL_POLL_SECONDS = 0.5
 TICK_SECONDS = 0.25
-# After the last scenario ends: the tracker's 60 s stall window (real time at any
-# scale) plus a group_interval, and slack.
+# After the last scenario ends: the stutter rule's 10 min window and a
+# group_interval, compressed, and slack.
 RESOLVE_SECONDS = 120.0
 # After the last resolution: long enough for a duplicate or a stray page.
 HOLD_SECONDS = 6.0
@@ -153,7 +153,8 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Run]:
             loop.run(rig.start())
             stack.callback(lambda r=rig: loop.run(r.stop()))
             process, address = start_exporter(
-                scenario.name, rig.exporter_args(stall_poll_seconds=STALL_POLL_SECONDS),
+                scenario.name, rig.exporter_args(stall_poll_seconds=STALL_POLL_SECONDS,
+                                                 compress_stall_window=True),
                 workdir / scenario.name)
             stack.callback(process.stop)
             rigs[scenario.name], exporters[scenario.name] = rig, (process, address)

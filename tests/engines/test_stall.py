@@ -115,6 +115,14 @@ class TestTrackerRules:
         assert tracker.state(63.5).max_recent_seconds == 0.0
         assert tracker.state(63.5).total_seconds == 3.0
 
+    def test_a_compressed_window_forgets_sooner(self):
+        tracker = DecodeStallTracker(window_seconds=6.0)
+        for t, progress in ((0.0, 10), (1.0, 10), (3.0, 10), (4.0, 11)):
+            tracker.observe(t, progress, running=1)
+        # The stall ended at the last stalled poll (3 s): gone 6 s later.
+        assert tracker.state(8.5).max_recent_seconds == 3.0
+        assert tracker.state(9.5).max_recent_seconds == 0.0
+
     def test_going_idle_ends_a_stall_at_the_last_stalled_poll(self):
         tracker = DecodeStallTracker()
         tracker.observe(0.0, 5, running=2)

@@ -132,7 +132,8 @@ CONFIG_KEYS = {
     "thresholds": tuple(f.name for f in fields(Thresholds)),
 }
 ENGINE_KEYS = ("name", "url", "kind", "probe_interval_seconds", "probe_timeout_seconds",
-               "probe_max_new_tokens", "stall_tracker", "stall_poll_interval_seconds")
+               "probe_max_new_tokens", "stall_tracker", "stall_poll_interval_seconds",
+               "stall_window_seconds")
 
 
 def _table(keys: tuple[str, ...]) -> st.SearchStrategy[dict]:

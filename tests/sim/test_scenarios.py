@@ -29,7 +29,11 @@ TIME_SCALE = 50.0
 TIME_SCALES = {"prefill-starves-decode": 20.0, "mixed-chunk-stutter": 1.25}
 # Scenario seconds to watch the fault for: long enough for the probe (a 60 s
 # interval and a timeout of 3 s real, 150 scenario s) and for a stutter pause.
-WATCH = {"engine-wedged": 300.0, "mixed-chunk-stutter": 8.0, "healthy": 300.0}
+# kv-saturated retracts at 90, 180, ... s; sampling starts at 135 s, and the
+# retraction at 180 s shows only in a scrape whose body is fresher than that,
+# which can be up to a second (50 scenario s) after it.
+WATCH = {"engine-wedged": 300.0, "mixed-chunk-stutter": 8.0, "healthy": 300.0,
+         "kv-saturated": 150.0}
 DEFAULT_WATCH = 60.0
 SETTLE = 5.0  # scenario seconds into a phase before its first sample
 # A scrape may be answered from the stall tracker's body of the last second
