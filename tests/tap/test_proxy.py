@@ -12,6 +12,7 @@ from collections.abc import AsyncIterator
 
 import aiohttp
 import pytest
+from aiohttp import web
 
 from exporter.config import EngineConfig
 from exporter.tap.source import TapSource
@@ -34,6 +35,26 @@ async def tap_before(standin: StandIn) -> AsyncIterator[tuple[TapSource, str]]:
     finally:
         await tap.close()
         await standin.stop()
+
+
+@contextlib.asynccontextmanager
+async def tap_before_handler(handler) -> AsyncIterator[tuple[TapSource, str]]:
+    """A tap in front of an engine whose POST /generate is `handler`."""
+    app = web.Application()
+    app.router.add_post("/generate", handler)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    port = free_port()
+    await web.TCPSite(runner, "127.0.0.1", port).start()
+    address = f"127.0.0.1:{free_port()}"
+    tap = TapSource(EngineConfig(name="main", url=f"http://127.0.0.1:{port}",
+                                 tap_listen_address=address))
+    await tap.start()
+    try:
+        yield tap, f"http://{address}"
+    finally:
+        await tap.close()
+        await runner.cleanup()
 
 
 async def stream_through(session: aiohttp.ClientSession, tap_url: str, shape: str,
@@ -180,34 +201,17 @@ def test_non_streaming_and_other_paths_pass_through():
 
 
 def test_error_frame_counts_as_error():
+    async def broken(request: web.Request) -> web.StreamResponse:
+        response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await response.prepare(request)
+        await response.write(b'data: {"error": {"message": "KV pool exhausted"}}\n\n'
+                             b"data: [DONE]\n\n")
+        return response
+
     async def scenario():
-        standin = StandIn()
-        url = await standin.start()
-        await standin.stop()  # only for a port; replaced by a server that errors mid-stream
-        from aiohttp import web
-
-        async def broken(request: web.Request) -> web.StreamResponse:
-            response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
-            await response.prepare(request)
-            await response.write(b'data: {"error": {"message": "KV pool exhausted"}}\n\n'
-                                 b"data: [DONE]\n\n")
-            return response
-
-        app = web.Application()
-        app.router.add_post("/generate", broken)
-        runner = web.AppRunner(app)
-        await runner.setup()
-        await web.TCPSite(runner, "127.0.0.1", standin.port).start()
-        address = f"127.0.0.1:{free_port()}"
-        tap = TapSource(EngineConfig(name="main", url=url, tap_listen_address=address))
-        await tap.start()
-        try:
-            async with aiohttp.ClientSession() as session:
-                body = (await stream_through(session, f"http://{address}", "native"))[2]
+        async with tap_before_handler(broken) as (tap, url), aiohttp.ClientSession() as session:
+            body = (await stream_through(session, url, "native"))[2]
             return body, await tap.read()
-        finally:
-            await tap.close()
-            await runner.cleanup()
 
     body, reading = asyncio.run(scenario())
     assert b"KV pool exhausted" in body
@@ -235,35 +239,20 @@ def test_upstream_down_gives_502_with_one_line_reason():
 
 
 def test_upstream_breaking_mid_stream_ends_the_client_stream_with_an_error():
+    async def dies(request: web.Request) -> web.StreamResponse:
+        response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await response.prepare(request)
+        await response.write(b'data: {"meta_info": {"completion_tokens": 1}}\n\n')
+        request.transport.close()  # the engine process dies
+        return response
+
     async def scenario():
-        from aiohttp import web
-
-        async def dies(request: web.Request) -> web.StreamResponse:
-            response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
-            await response.prepare(request)
-            await response.write(b'data: {"meta_info": {"completion_tokens": 1}}\n\n')
-            request.transport.close()  # the engine process dies
-            return response
-
-        app = web.Application()
-        app.router.add_post("/generate", dies)
-        runner = web.AppRunner(app)
-        await runner.setup()
-        port = free_port()
-        await web.TCPSite(runner, "127.0.0.1", port).start()
-        address = f"127.0.0.1:{free_port()}"
-        tap = TapSource(EngineConfig(name="main", url=f"http://127.0.0.1:{port}",
-                                     tap_listen_address=address))
-        await tap.start()
-        try:
+        async with tap_before_handler(dies) as (tap, url):
             async with aiohttp.ClientSession() as session:
                 with pytest.raises(aiohttp.ClientPayloadError):
-                    await stream_through(session, f"http://{address}", "native")
+                    await stream_through(session, url, "native")
             await asyncio.sleep(0.05)
             return await tap.read()
-        finally:
-            await tap.close()
-            await runner.cleanup()
 
     reading = asyncio.run(scenario())
     assert reading.requests == {"ok": 0, "error": 1, "client_closed": 0}
@@ -296,8 +285,6 @@ def test_frames_cut_anywhere_pass_whole_and_are_timed_when_complete():
     """The engine's writes cut frames anywhere: half a frame, then its rest with a whole
     frame and the start of a third, then a frame four times the tap's read buffer. The
     bytes pass unchanged and each frame is timed when its last byte arrives."""
-    from aiohttp import web
-
     from exporter.tap.proxy import READ_CHUNK_BYTES
 
     def native(tokens: int, text: str = "w") -> bytes:
@@ -320,23 +307,9 @@ def test_frames_cut_anywhere_pass_whole_and_are_timed_when_complete():
         return response
 
     async def scenario():
-        app = web.Application()
-        app.router.add_post("/generate", cuts)
-        runner = web.AppRunner(app)
-        await runner.setup()
-        port = free_port()
-        await web.TCPSite(runner, "127.0.0.1", port).start()
-        address = f"127.0.0.1:{free_port()}"
-        tap = TapSource(EngineConfig(name="main", url=f"http://127.0.0.1:{port}",
-                                     tap_listen_address=address))
-        await tap.start()
-        try:
-            async with aiohttp.ClientSession() as session:
-                body = (await stream_through(session, f"http://{address}", "native"))[2]
+        async with tap_before_handler(cuts) as (tap, url), aiohttp.ClientSession() as session:
+            body = (await stream_through(session, url, "native"))[2]
             return body, await tap.read()
-        finally:
-            await tap.close()
-            await runner.cleanup()
 
     body, reading = asyncio.run(scenario())
     assert body == b"".join(writes)
@@ -354,8 +327,6 @@ def test_a_client_that_stops_reading_stops_the_engine():
     """Backpressure: the tap reads the engine only as fast as the client takes the bytes,
     so an engine streaming to a stalled client soon blocks on its own writes, far short
     of its 256 MiB."""
-    from aiohttp import web
-
     piece = b"data: " + b"x" * (64 * 1024 - 8) + b"\n\n"
     total = 4096 * len(piece)
     written = [0]
@@ -369,31 +340,18 @@ def test_a_client_that_stops_reading_stops_the_engine():
         return response
 
     async def scenario():
-        app = web.Application()
-        app.router.add_post("/generate", firehose)
-        runner = web.AppRunner(app)
-        await runner.setup()
-        port = free_port()
-        await web.TCPSite(runner, "127.0.0.1", port).start()
-        address = f"127.0.0.1:{free_port()}"
-        tap = TapSource(EngineConfig(name="main", url=f"http://127.0.0.1:{port}",
-                                     tap_listen_address=address))
-        await tap.start()
-        try:
-            async with aiohttp.ClientSession() as session, \
-                    session.post(f"http://{address}/generate", json={"stream": True}) as r:
-                await r.content.readany()  # then the client reads no more
-                stalled, previous = 0.0, -1
-                for _ in range(200):  # until the engine's writes stand still for 0.5 s
-                    await asyncio.sleep(0.1)
-                    stalled = stalled + 0.1 if written[0] == previous else 0.0
-                    previous = written[0]
-                    if stalled >= 0.5:
-                        break
-                return stalled, written[0]
-        finally:
-            await tap.close()
-            await runner.cleanup()
+        async with tap_before_handler(firehose) as (_, url), \
+                aiohttp.ClientSession() as session, \
+                session.post(f"{url}/generate", json={"stream": True}) as r:
+            await r.content.readany()  # then the client reads no more
+            stalled, previous = 0.0, -1
+            for _ in range(200):  # until the engine's writes stand still for 0.5 s
+                await asyncio.sleep(0.1)
+                stalled = stalled + 0.1 if written[0] == previous else 0.0
+                previous = written[0]
+                if stalled >= 0.5:
+                    break
+            return stalled, written[0]
 
     stalled, engine_wrote = asyncio.run(scenario())
     assert stalled >= 0.5
