@@ -74,6 +74,20 @@ def heal(at: float, says: str = "back to healthy") -> Step:
     return Step(at, "heal", says, apply_healthy)
 
 
+def fault_held(name: str, doc: str | None, says: str, act: Action, hold_seconds: float,
+               expects: tuple[Expect, ...], must_not: set[str],
+               heal_says: str = "back to healthy", heal_act: Action = apply_healthy) -> Scenario:
+    """The common timeline: a healthy lead-in, one fault held for `hold_seconds` (the
+    longest `for` it must outlast) and MARGIN_SECONDS more, then a heal and
+    MARGIN_SECONDS to watch the alerts resolve."""
+    heal_at = LEAD_IN_SECONDS + hold_seconds + MARGIN_SECONDS
+    return scenario(name, doc,
+                    (*lead_in(), Step(LEAD_IN_SECONDS, "fault", says, act),
+                     Step(heal_at, "heal", heal_says, heal_act)),
+                    seconds=heal_at + MARGIN_SECONDS, expects=expects, must_not=must_not,
+                    heal_at=heal_at)
+
+
 def every(start: float, end: float, period: float, phase: str, says: str,
           act: Action) -> Iterator[Step]:
     """The same step every `period` seconds from `start` up to (not including) `end`."""

@@ -16,17 +16,7 @@ stays up and reports probe_success 0).
 from __future__ import annotations
 
 from exporter.sim.baseline import apply_healthy
-from exporter.sim.scenarios.base import (
-    DEFAULTS,
-    LEAD_IN_SECONDS,
-    MARGIN_SECONDS,
-    Expect,
-    Step,
-    lead_in,
-    scenario,
-)
-
-HEAL_AT = LEAD_IN_SECONDS + DEFAULTS.engine_down_for_seconds + MARGIN_SECONDS
+from exporter.sim.scenarios.base import DEFAULTS, Expect, fault_held
 
 
 async def engine_dies(rig) -> None:
@@ -38,15 +28,10 @@ async def engine_restarts(rig) -> None:
     apply_healthy(rig)
 
 
-SCENARIO = scenario(
-    "engine-down", __doc__,
-    (*lead_in(),
-     Step(LEAD_IN_SECONDS, "fault", "SGLang is killed: its port refuses connections",
-          engine_dies),
-     Step(HEAL_AT, "heal", "SGLang restarts on the same port, counters from zero",
-          engine_restarts)),
-    seconds=HEAL_AT + MARGIN_SECONDS,
+SCENARIO = fault_held(
+    "engine-down", __doc__, "SGLang is killed: its port refuses connections", engine_dies,
+    DEFAULTS.engine_down_for_seconds,
     expects=(Expect("RigEngineDown", {"name": "main", "severity": "critical"}),),
     must_not={"RigEngineWedged", "RigDecodeStarvation", "RigExporterSourceDown"},
-    heal_at=HEAL_AT,
+    heal_says="SGLang restarts on the same port, counters from zero", heal_act=engine_restarts,
 )

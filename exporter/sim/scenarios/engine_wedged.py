@@ -22,20 +22,10 @@ from __future__ import annotations
 
 from exporter.sim.baseline import apply_healthy
 from exporter.sim.rig import EngineFlows
-from exporter.sim.scenarios.base import (
-    DEFAULTS,
-    LEAD_IN_SECONDS,
-    MARGIN_SECONDS,
-    Expect,
-    Step,
-    lead_in,
-    scenario,
-)
+from exporter.sim.scenarios.base import DEFAULTS, Expect, fault_held
 
 # The probe's interval and its deadline at up to 5-fold less compression (scenario s).
 FIRST_PROBE_FAILS_WITHIN = 60.0 + 300.0
-HEAL_AT = (LEAD_IN_SECONDS + FIRST_PROBE_FAILS_WITHIN + DEFAULTS.engine_wedged_seconds
-           + MARGIN_SECONDS)
 
 
 def scheduler_hangs(rig) -> None:
@@ -50,16 +40,12 @@ async def engine_restarted(rig) -> None:
     apply_healthy(rig)
 
 
-SCENARIO = scenario(
+SCENARIO = fault_held(
     "engine-wedged", __doc__,
-    (*lead_in(),
-     Step(LEAD_IN_SECONDS, "fault",
-          "the scheduler hangs: 3 queued, none running, /generate sends nothing",
-          scheduler_hangs),
-     Step(HEAL_AT, "heal", "the engine is restarted", engine_restarted)),
-    seconds=HEAL_AT + MARGIN_SECONDS,
+    "the scheduler hangs: 3 queued, none running, /generate sends nothing", scheduler_hangs,
+    FIRST_PROBE_FAILS_WITHIN + DEFAULTS.engine_wedged_seconds,
     expects=(Expect("RigEngineWedged", {"signal": "probe", "name": "main",
                                         "severity": "critical"}),),
     must_not={"RigEngineDown", "RigQueueHeadOfLine", "RigDecodeStarvation"},
-    heal_at=HEAL_AT,
+    heal_says="the engine is restarted", heal_act=engine_restarted,
 )

@@ -16,33 +16,19 @@ RigExporterSourceDown (the GPU source still answers for card1).
 
 from __future__ import annotations
 
-from exporter.sim.scenarios.base import (
-    DEFAULTS,
-    LEAD_IN_SECONDS,
-    MARGIN_SECONDS,
-    Expect,
-    Step,
-    heal,
-    lead_in,
-    scenario,
-)
-
-HEAL_AT = LEAD_IN_SECONDS + DEFAULTS.gpu_missing_for_seconds + MARGIN_SECONDS
+from exporter.sim.scenarios.base import DEFAULTS, Expect, fault_held
 
 
 def card2_falls_off(rig) -> None:
     rig.remove_card("card2")
 
 
-SCENARIO = scenario(
-    "gpu-missing", __doc__,
-    (*lead_in(),
-     Step(LEAD_IN_SECONDS, "fault", "card2 falls off the bus", card2_falls_off),
-     heal(HEAL_AT, "card2 is back after a GPU reset")),
-    seconds=HEAL_AT + MARGIN_SECONDS,
+SCENARIO = fault_held(
+    "gpu-missing", __doc__, "card2 falls off the bus", card2_falls_off,
+    DEFAULTS.gpu_missing_for_seconds,
     expects=(Expect("RigGpuMissing", {"signal": "vanished", "card": "card2",
                                       "severity": "critical"}),),
     must_not={"RigGpuThermalDownclock", "RigGpuHot", "RigGpuPowerCapped",
               "RigExporterSourceDown"},
-    heal_at=HEAL_AT,
+    heal_says="card2 is back after a GPU reset",
 )

@@ -27,24 +27,13 @@ from __future__ import annotations
 
 from exporter.sim.baseline import L2_CAPACITY_TOKENS
 from exporter.sim.rig import EngineFlows
-from exporter.sim.scenarios.base import (
-    DEFAULTS,
-    LEAD_IN_SECONDS,
-    MARGIN_SECONDS,
-    Expect,
-    Step,
-    heal,
-    lead_in,
-    scenario,
-)
+from exporter.sim.scenarios.base import DEFAULTS, Expect, fault_held
 
 AGENTS = 4
 SESSION_AT_COMPRESSION = 127_795  # rig-facts: 65 % of 196,608
 ROUND_SECONDS = 100.0
 L2_RESTORED_SHARE = 0.15
 L3_RESTORED_SHARE = 0.05
-HEAL_AT = LEAD_IN_SECONDS + max(DEFAULTS.hicache_churn_for_seconds,
-                                DEFAULTS.hicache_host_pool_for_seconds) + MARGIN_SECONDS
 
 
 def thrash_flows() -> EngineFlows:
@@ -63,19 +52,16 @@ def four_agents(rig) -> None:
                    hicache_host_used_tokens=int(L2_CAPACITY_TOKENS * 0.99))
 
 
-SCENARIO = scenario(
+SCENARIO = fault_held(
     "hicache-thrash", __doc__,
-    (*lead_in(),
-     Step(LEAD_IN_SECONDS, "fault",
-          "four agents at 127,795 tokens each: L2 full, 85 % of every turn recomputed",
-          four_agents),
-     heal(HEAL_AT, "two agents stop: the sessions fit again")),
-    seconds=HEAL_AT + MARGIN_SECONDS,
+    "four agents at 127,795 tokens each: L2 full, 80 % of every turn recomputed",
+    four_agents,
+    max(DEFAULTS.hicache_churn_for_seconds, DEFAULTS.hicache_host_pool_for_seconds),
     expects=(Expect("RigHiCacheThrash", {"signal": "churn", "name": "main", "severity": "warning"}),
              Expect("RigHiCacheThrash",
                     {"signal": "recompute", "name": "main", "severity": "warning"}),
              Expect("RigHiCacheHostPoolFull", {"name": "main", "severity": "warning"})),
     must_not={"RigKVPoolSaturated", "RigQueueHeadOfLine", "RigHiCacheStorageMisses",
               "RigHostSwapping"},
-    heal_at=HEAL_AT,
+    heal_says="two agents stop: the sessions fit again",
 )

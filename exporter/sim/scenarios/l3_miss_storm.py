@@ -19,18 +19,8 @@ from __future__ import annotations
 
 from exporter.sim.baseline import L2_CAPACITY_TOKENS, SESSION_TOKENS
 from exporter.sim.rig import EngineFlows
-from exporter.sim.scenarios.base import (
-    DEFAULTS,
-    LEAD_IN_SECONDS,
-    MARGIN_SECONDS,
-    Expect,
-    Step,
-    heal,
-    lead_in,
-    scenario,
-)
+from exporter.sim.scenarios.base import DEFAULTS, Expect, fault_held
 
-HEAL_AT = LEAD_IN_SECONDS + DEFAULTS.hicache_storage_for_seconds + MARGIN_SECONDS
 TURNS_PER_SECOND = 2 / 60  # two agents, a turn a minute each
 L3_WRITE_TOKENS_PER_SECOND = 2_000.0
 
@@ -43,15 +33,11 @@ def l3_lookups_miss(rig) -> None:
     rig.set_engine(hicache_host_used_tokens=int(L2_CAPACITY_TOKENS * 0.96))
 
 
-SCENARIO = scenario(
+SCENARIO = fault_held(
     "l3-miss-storm", __doc__,
-    (*lead_in(),
-     Step(LEAD_IN_SECONDS, "fault",
-          "sessions come back from L3: every lookup misses, everything is recomputed",
-          l3_lookups_miss),
-     heal(HEAL_AT, "L3 fixed (or off): sessions hit L1 again")),
-    seconds=HEAL_AT + MARGIN_SECONDS,
+    "sessions come back from L3: every lookup misses, everything is recomputed",
+    l3_lookups_miss, DEFAULTS.hicache_storage_for_seconds,
     expects=(Expect("RigHiCacheStorageMisses", {"name": "main", "severity": "warning"}),),
     must_not={"RigHiCacheThrash", "RigHiCacheHostPoolFull", "RigKVPoolSaturated"},
-    heal_at=HEAL_AT,
+    heal_says="L3 fixed (or off): sessions hit L1 again",
 )

@@ -19,18 +19,8 @@ from __future__ import annotations
 import dataclasses
 
 from exporter.sim.baseline import THROTTLE_HOTSPOT, THROTTLE_PPT0, card
-from exporter.sim.scenarios.base import (
-    DEFAULTS,
-    LEAD_IN_SECONDS,
-    MARGIN_SECONDS,
-    Expect,
-    Step,
-    heal,
-    lead_in,
-    scenario,
-)
+from exporter.sim.scenarios.base import DEFAULTS, Expect, fault_held
 
-HEAL_AT = LEAD_IN_SECONDS + DEFAULTS.gpu_power_capped_for_seconds + MARGIN_SECONDS
 COLD_PREFILL_TOKENS_PER_SECOND = 2_720.0  # rig-facts: 2 concurrent 64K prefills
 
 
@@ -44,15 +34,11 @@ def cards_at_cap(rig) -> None:
         rig.flows, prompt_tokens=rig.flows.prompt_tokens + COLD_PREFILL_TOKENS_PER_SECOND))
 
 
-SCENARIO = scenario(
-    "power-capped", __doc__,
-    (*lead_in(),
-     Step(LEAD_IN_SECONDS, "fault", "cold prefills: both cards at the 305 W cap, PPT0 set",
-          cards_at_cap),
-     heal(HEAL_AT, "prefills done: back under the cap")),
-    seconds=HEAL_AT + MARGIN_SECONDS,
+SCENARIO = fault_held(
+    "power-capped", __doc__, "cold prefills: both cards at the 305 W cap, PPT0 set",
+    cards_at_cap, DEFAULTS.gpu_power_capped_for_seconds,
     expects=(Expect("RigGpuPowerCapped", {"card": "card1", "severity": "info"}),
              Expect("RigGpuPowerCapped", {"card": "card2", "severity": "info"})),
     must_not={"RigGpuThermalDownclock", "RigGpuHot"},
-    heal_at=HEAL_AT,
+    heal_says="prefills done: back under the cap",
 )

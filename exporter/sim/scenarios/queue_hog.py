@@ -16,18 +16,8 @@ Must not raise: RigDecodeStarvation (the hog decodes steadily), RigEngineWedged
 from __future__ import annotations
 
 from exporter.sim.rig import EngineFlows
-from exporter.sim.scenarios.base import (
-    DEFAULTS,
-    LEAD_IN_SECONDS,
-    MARGIN_SECONDS,
-    Expect,
-    Step,
-    heal,
-    lead_in,
-    scenario,
-)
+from exporter.sim.scenarios.base import DEFAULTS, Expect, fault_held
 
-HEAL_AT = LEAD_IN_SECONDS + DEFAULTS.queue_wait_seconds + MARGIN_SECONDS
 SINGLE_STREAM_DECODE_TOKENS_PER_SECOND = 88.8  # rig-facts: 64K single stream
 
 
@@ -36,14 +26,11 @@ def one_agent_hogs(rig) -> None:
     rig.set_engine(running=1, queued=3, token_usage=0.90)
 
 
-SCENARIO = scenario(
+SCENARIO = fault_held(
     "queue-hog", __doc__,
-    (*lead_in(),
-     Step(LEAD_IN_SECONDS, "fault",
-          "one 196K session decodes a 70K-token answer; three agents wait", one_agent_hogs),
-     heal(HEAL_AT, "the long answer ends: the queue drains")),
-    seconds=HEAL_AT + MARGIN_SECONDS,
+    "one 196K session decodes a 70K-token answer; three agents wait", one_agent_hogs,
+    DEFAULTS.queue_wait_seconds,
     expects=(Expect("RigQueueHeadOfLine", {"name": "main", "severity": "warning"}),),
     must_not={"RigDecodeStarvation", "RigEngineWedged", "RigKVPoolSaturated"},
-    heal_at=HEAL_AT,
+    heal_says="the long answer ends: the queue drains",
 )

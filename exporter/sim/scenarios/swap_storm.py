@@ -17,18 +17,7 @@ full 4 % is under 10 %), RigCpuHot, RigHiCacheHostPoolFull.
 from __future__ import annotations
 
 from exporter.sim.procfs import MIB
-from exporter.sim.scenarios.base import (
-    DEFAULTS,
-    LEAD_IN_SECONDS,
-    MARGIN_SECONDS,
-    Expect,
-    Step,
-    heal,
-    lead_in,
-    scenario,
-)
-
-HEAL_AT = LEAD_IN_SECONDS + DEFAULTS.host_swapping_for_seconds + MARGIN_SECONDS
+from exporter.sim.scenarios.base import DEFAULTS, Expect, fault_held
 
 
 def memory_runs_short(rig) -> None:
@@ -37,14 +26,11 @@ def memory_runs_short(rig) -> None:
                  pressure_some_ratio=0.30, pressure_full_ratio=0.04)
 
 
-SCENARIO = scenario(
+SCENARIO = fault_held(
     "swap-storm", __doc__,
-    (*lead_in(),
-     Step(LEAD_IN_SECONDS, "fault",
-          "8 % of RAM available: swapping out 24 MiB/s and in 16 MiB/s", memory_runs_short),
-     heal(HEAL_AT, "the tools finish: RAM back, swap quiet")),
-    seconds=HEAL_AT + MARGIN_SECONDS,
+    "8 % of RAM available: swapping out 24 MiB/s and in 16 MiB/s", memory_runs_short,
+    DEFAULTS.host_swapping_for_seconds,
     expects=(Expect("RigHostSwapping", {"severity": "warning"}),),
     must_not={"RigHostMemoryPressure", "RigCpuHot", "RigHiCacheHostPoolFull"},
-    heal_at=HEAL_AT,
+    heal_says="the tools finish: RAM back, swap quiet",
 )

@@ -20,19 +20,7 @@ RigGpuHot{sensor="memory"} (12 °C of headroom), RigGpuPowerCapped (236 W of
 from __future__ import annotations
 
 from exporter.sim.baseline import THROTTLE_HOTSPOT, card
-from exporter.sim.scenarios.base import (
-    DEFAULTS,
-    LEAD_IN_SECONDS,
-    MARGIN_SECONDS,
-    Expect,
-    Step,
-    heal,
-    lead_in,
-    scenario,
-)
-
-HEAL_AT = LEAD_IN_SECONDS + max(DEFAULTS.gpu_downclock_for_seconds,
-                                DEFAULTS.gpu_hot_for_seconds) + MARGIN_SECONDS
+from exporter.sim.scenarios.base import DEFAULTS, Expect, fault_held
 
 
 def card2_overheats(rig) -> None:
@@ -41,15 +29,12 @@ def card2_overheats(rig) -> None:
                       fan_rpm=3150))
 
 
-SCENARIO = scenario(
+SCENARIO = fault_held(
     "thermal-downclock", __doc__,
-    (*lead_in(),
-     Step(LEAD_IN_SECONDS, "fault",
-          "card2 junction 107 °C, sclk held at 1650 MHz under full load", card2_overheats),
-     heal(HEAL_AT, "the fans catch up: card2 back to 93 °C and full clock")),
-    seconds=HEAL_AT + MARGIN_SECONDS,
+    "card2 junction 107 °C, sclk held at 1650 MHz under full load", card2_overheats,
+    max(DEFAULTS.gpu_downclock_for_seconds, DEFAULTS.gpu_hot_for_seconds),
     expects=(Expect("RigGpuThermalDownclock", {"card": "card2", "severity": "warning"}),
              Expect("RigGpuHot", {"card": "card2", "sensor": "junction", "severity": "warning"})),
     must_not={"RigGpuPowerCapped", "RigCpuHot", "RigDecodeStarvation"},
-    heal_at=HEAL_AT,
+    heal_says="the fans catch up: card2 back to 93 °C and full clock",
 )
