@@ -56,14 +56,17 @@ RESOLVE_SECONDS = 120.0
 HOLD_SECONDS = 6.0
 WARMUP_SECONDS = 6.0
 SCENARIO_LIST = [SCENARIOS[name] for name in sorted(SCENARIOS)]
+# The committed routing and rules, read once.
+ROUTING = yaml.safe_load(ALERTMANAGER_CONFIG.read_text())
+RULES = [rule for group in yaml.safe_load(RULES_PATH.read_text())["groups"]
+         for rule in group["rules"]]
 
 
 def paging(scenario: Scenario) -> list[Expect]:
     """The expected alerts that notify someone: not info, and not inhibited by another
     of the scenario's alerts under alertmanager.yml's inhibit_rules."""
-    rules = yaml.safe_load(ALERTMANAGER_CONFIG.read_text())["inhibit_rules"]
     return [e for e in scenario.expects if e.labels["severity"] != "info"
-            and not any(_inhibits(rule, source, e) for rule in rules
+            and not any(_inhibits(rule, source, e) for rule in ROUTING["inhibit_rules"]
                         for source in scenario.expects if source is not e)]
 
 
@@ -192,16 +195,15 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Run]:
 
 
 def _rule(expect: Expect) -> dict[str, Any]:
-    for group in yaml.safe_load(RULES_PATH.read_text())["groups"]:
-        for rule in group["rules"]:
-            if rule.get("alert") == expect.alert and all(
-                    expect.labels.get(k) == v for k, v in rule["labels"].items()):
-                return rule
+    for rule in RULES:
+        if rule.get("alert") == expect.alert and all(
+                expect.labels.get(k) == v for k, v in rule["labels"].items()):
+            return rule
     raise AssertionError(f"no rule {expect}")
 
 
 def _group_wait(severity: str) -> float:
-    route = yaml.safe_load(ALERTMANAGER_CONFIG.read_text())["route"]
+    route = ROUTING["route"]
     for child in route["routes"]:
         if child["matchers"] == [f'severity="{severity}"']:
             return seconds(child.get("group_wait", route["group_wait"]))
