@@ -3,6 +3,8 @@ temperature, and the exporter's own non-engine sources."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from exporter.health.report import Signal, Stage
 from exporter.health.view import Context, mib, percent, seconds, signal
 from exporter.sources.host import CPU_SENSOR_CHIPS
@@ -18,29 +20,23 @@ def host_signals(c: Context) -> list[Signal]:
     # RigHostSwapping: swap traffic over the rate window, or swap use growing.
     swapping = (Stage("warning", t.host_swapping_for_seconds),)
     window = t.rate_window_seconds
-    if c.filled(window):
-        io = c.history.rate(("host", "swap_io_bytes_total"), c.now, window) or 0.0
-        out.append(signal("host_swap", {}, "RigHostSwapping", swapping,
-                          io >= t.host_swap_io_bytes_per_second, io,
-                          t.host_swap_io_bytes_per_second, "bytes/s",
-                          f"{mib(io)}/s to and from swap over the last {seconds(window)}", "io"))
-    else:
-        out.append(signal("host_swap", {}, "RigHostSwapping", swapping, None, None,
-                          t.host_swap_io_bytes_per_second, "bytes/s",
-                          f"swap traffic: {c.not_filled(window)}", "io"))
+    holds, io, reason = _over(
+        c, window, lambda: c.history.rate(("host", "swap_io_bytes_total"), c.now, window),
+        t.host_swap_io_bytes_per_second,
+        lambda io: f"{mib(io)}/s to and from swap over the last {seconds(window)}",
+        "swap traffic")
+    out.append(signal("host_swap", {}, "RigHostSwapping", swapping, holds, io,
+                      t.host_swap_io_bytes_per_second, "bytes/s", reason, "io"))
     growth_window = t.host_swap_growth_window_seconds
-    if c.filled(growth_window):
-        growth = c.history.deriv(("host", "swap_used_bytes"), c.now, growth_window) or 0.0
-        out.append(signal("host_swap", {}, "RigHostSwapping", swapping,
-                          growth >= t.host_swap_growth_bytes_per_second, growth,
-                          t.host_swap_growth_bytes_per_second, "bytes/s",
-                          f"swap use {mib(host.swap_used_bytes)}, growing "
-                          f"{growth / 1024:.1f} KiB/s over {seconds(growth_window)}", "growth"))
-    else:
-        out.append(signal("host_swap", {}, "RigHostSwapping", swapping, None, None,
-                          t.host_swap_growth_bytes_per_second, "bytes/s",
-                          f"swap use {mib(host.swap_used_bytes)}; growth: "
-                          + c.not_filled(growth_window), "growth"))
+    holds, growth, reason = _over(
+        c, growth_window,
+        lambda: c.history.deriv(("host", "swap_used_bytes"), c.now, growth_window),
+        t.host_swap_growth_bytes_per_second,
+        lambda growth: f"swap use {mib(host.swap_used_bytes)}, growing "
+                       f"{growth / 1024:.1f} KiB/s over {seconds(growth_window)}",
+        f"swap use {mib(host.swap_used_bytes)}; growth")
+    out.append(signal("host_swap", {}, "RigHostSwapping", swapping, holds, growth,
+                      t.host_swap_growth_bytes_per_second, "bytes/s", reason, "growth"))
 
     # RigHostMemoryPressure: little RAM available, or tasks stalled on memory (PSI full).
     pressure = (Stage("critical", t.host_memory_for_seconds),)
@@ -52,18 +48,15 @@ def host_signals(c: Context) -> list[Signal]:
                           f"{percent(available)} of RAM available "
                           f"({host.memory_available_bytes / 2**30:.1f} GiB)", "available"))
     if "full" in host.pressure_stall_seconds_total:
-        if c.filled(window):
-            stalled = c.history.rate(("host", "pressure_full_seconds_total"), c.now,
-                                     window) or 0.0
-            out.append(signal("host_memory", {}, "RigHostMemoryPressure", pressure,
-                              stalled >= t.host_memory_full_stall_ratio, stalled,
-                              t.host_memory_full_stall_ratio, "ratio",
-                              f"all tasks stalled on memory {percent(stalled)} of the time "
-                              "(PSI full)", "stall"))
-        else:
-            out.append(signal("host_memory", {}, "RigHostMemoryPressure", pressure, None, None,
-                              t.host_memory_full_stall_ratio, "ratio",
-                              f"memory stalls (PSI full): {c.not_filled(window)}", "stall"))
+        holds, stalled, reason = _over(
+            c, window,
+            lambda: c.history.rate(("host", "pressure_full_seconds_total"), c.now, window),
+            t.host_memory_full_stall_ratio,
+            lambda stalled: f"all tasks stalled on memory {percent(stalled)} of the time "
+                            "(PSI full)",
+            "memory stalls (PSI full)")
+        out.append(signal("host_memory", {}, "RigHostMemoryPressure", pressure, holds, stalled,
+                          t.host_memory_full_stall_ratio, "ratio", reason, "stall"))
 
     # RigCpuHot
     cpu_hot = (Stage("warning", t.cpu_hot_for_seconds),)
@@ -95,3 +88,13 @@ def source_signals(c: Context) -> list[Signal]:
                           ", ".join(f"{r.name} read in {r.duration_seconds * 1000:.0f} ms"
                                     for r in answered)))
     return out
+
+
+def _over(c: Context, window: float, measure: Callable[[], float | None], threshold: float,
+          says: Callable[[float], str], what: str) -> tuple[bool | None, float | None, str]:
+    """(holds, value, reason) for `measure() >= threshold` over `window`: unknown until
+    the history covers the window."""
+    if not c.filled(window):
+        return None, None, f"{what}: {c.not_filled(window)}"
+    value = measure() or 0.0
+    return value >= threshold, value, says(value)
