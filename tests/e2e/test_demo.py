@@ -3,6 +3,7 @@ stopped with Ctrl-C (SIGINT to its process group, as a terminal sends it)."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import select
@@ -10,6 +11,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 from exporter.rigctl.stack import REPO
@@ -17,10 +19,18 @@ from exporter.rigctl.stack import REPO
 RIGCTL = [sys.executable, "-m", "exporter.rigctl"]
 
 
-def _start(*args: str) -> subprocess.Popen[str]:
-    return subprocess.Popen([*RIGCTL, "demo", *args], cwd=REPO, stdout=subprocess.PIPE,
+@contextlib.contextmanager
+def demo_running(*args: str) -> Iterator[subprocess.Popen[str]]:
+    """`rigctl demo` in its own process group, killed if the test leaves it running."""
+    demo = subprocess.Popen([*RIGCTL, "demo", *args], cwd=REPO, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True, start_new_session=True,
                             env={**os.environ, "PYTHONPATH": str(REPO)})
+    try:
+        yield demo
+    finally:
+        if demo.poll() is None:
+            os.killpg(demo.pid, signal.SIGKILL)
+            demo.wait(10)
 
 
 def _read_until(process: subprocess.Popen[str], pattern: str, timeout: float) -> list[str]:
@@ -67,8 +77,7 @@ def test_unknown_scenario_is_refused() -> None:
 
 
 def test_ctrl_c_stops_everything_it_started() -> None:
-    demo = _start("--scenario", "healthy", "--scenario", "healthy")
-    try:
+    with demo_running("--scenario", "healthy", "--scenario", "healthy") as demo:
         lines = _read_until(demo, r"running \(pids [\d ]+\)", timeout=120)
         pids = [int(p) for p in re.search(r"pids ([\d ]+)\)", lines[-1]).group(1).split()]
         # The exporter, Prometheus and Alertmanager (all installed by ./setup.sh).
@@ -78,10 +87,6 @@ def test_ctrl_c_stops_everything_it_started() -> None:
         assert directory.is_dir()
         os.killpg(demo.pid, signal.SIGINT)
         output, _ = demo.communicate(timeout=30)
-    finally:
-        if demo.poll() is None:
-            os.killpg(demo.pid, signal.SIGKILL)
-            demo.wait(10)
     assert demo.returncode == 130, output
     assert "stopped by Ctrl-C" in output
     deadline = time.monotonic() + 10
@@ -92,13 +97,8 @@ def test_ctrl_c_stops_everything_it_started() -> None:
 
 
 def test_a_pulled_card_fires_pages_and_resolves_on_screen() -> None:
-    demo = _start("--scenario", "gpu-missing", "--speed", "30")
-    try:
+    with demo_running("--scenario", "gpu-missing", "--speed", "30") as demo:
         output, _ = demo.communicate(timeout=240)
-    finally:
-        if demo.poll() is None:
-            os.killpg(demo.pid, signal.SIGKILL)
-            demo.wait(10)
     assert demo.returncode == 0, output
     alert = "RigGpuMissing (critical) card=card2 signal=vanished"
     for seen in (f"FIRING   {alert}", f"-> page FIRING {alert}", f"RESOLVED {alert}",
