@@ -89,12 +89,12 @@ async def observe(scenario: Scenario) -> tuple[set[Crossing], list[Sample], Thre
     to judge them by."""
     scale = TIME_SCALES.get(scenario.name, TIME_SCALE)
     fault_at = scenario.fault_at or 0.0
-    # The stall tracker's longest-stall gauge looks back 60 s of real time, so a
-    # stall that has ended still shows after the heal: watch to the end.
-    fault_end = scenario.heal_at if scenario.name != "prefill-starves-decode" else None
-    fault_end = fault_end or scenario.seconds
     settle = max(SETTLE, SETTLE_REAL_SECONDS * scale)
-    watch = min(fault_at + settle + WATCH.get(scenario.name, DEFAULT_WATCH), fault_end)
+    watch = fault_at + settle + WATCH.get(scenario.name, DEFAULT_WATCH)
+    # A heal sooner than that (the starvation's, 49 s after its fault) still leaves
+    # the fault in view: the longest-stall gauge looks back 60 s of real time.
+    fault_end = min(max(scenario.heal_at or scenario.seconds, watch), scenario.seconds)
+    watch = min(watch, fault_end)
     # The lead-in plays at TIME_SCALE; the fault at the scenario's own scale.
     async with SimRig(time_scale=TIME_SCALE, stall_scale=scale) as rig:
         exporter = Exporter(rig.exporter_config())
