@@ -15,7 +15,7 @@ compress it too (`[[engine]] stall_window_seconds`, as `SimRig.exporter_args(
 compress_stall_window=True)` sets for the end-to-end tests and the demo), or one
 stall stays visible for more (scaled) minutes than it would.
 
-    python -m alerts.generate --time-scale 10 --output /tmp/rig-rules-x10.yaml
+    python -m alerts.generate --time-scale 10 --out /tmp/rig-rules-x10.yaml
 """
 
 from __future__ import annotations

@@ -16,18 +16,10 @@ import argparse
 import asyncio
 import json
 import os
-import socket
-import subprocess
-import sys
 import time
 
 import aiohttp
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from loopback import start_sim_engine
 
 
 def cpu_seconds(pid: int) -> float:
@@ -75,30 +67,16 @@ async def experiment(url: str, scale: float) -> tuple[float, float, dict]:
 
 
 def run(policy: str, scale: float) -> None:
-    port = free_port()
-    server = subprocess.Popen([sys.executable, "-m", "exporter.sim.sglang_server", "--port",
-                               str(port), "--running", "0", "--policy", policy,
-                               "--time-scale", str(scale)], stdout=subprocess.DEVNULL)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=1).close()
-                break
-            except OSError:
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.1)
-        cpu_before, wall_before = cpu_seconds(server.pid), time.monotonic()
+    server, url = start_sim_engine("--running", "0", "--policy", policy,
+                                   "--time-scale", str(scale))
+    with server:
+        pid = server.popen.pid
+        cpu_before, wall_before = cpu_seconds(pid), time.monotonic()
         gap, ttft, state = asyncio.run(experiment(url, scale))
-        cpu = cpu_seconds(server.pid) - cpu_before
+        cpu = cpu_seconds(pid) - cpu_before
         simulated = (time.monotonic() - wall_before) * scale
         print(f"| {policy} | x{scale:g} | {gap:.2f} s | {ttft:.2f} s "
               f"| {cpu / simulated * 60:.2f} s | {state['counters']['decode_batches']} |")
-    finally:
-        server.terminate()
-        server.wait(10)
 
 
 def main() -> None:

@@ -14,17 +14,14 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from exporter.rigctl.stack import REPO
-
 RIGCTL = [sys.executable, "-m", "exporter.rigctl"]
 
 
 @contextlib.contextmanager
 def demo_running(*args: str) -> Iterator[subprocess.Popen[str]]:
     """`rigctl demo` in its own process group, killed if the test leaves it running."""
-    demo = subprocess.Popen([*RIGCTL, "demo", *args], cwd=REPO, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True, start_new_session=True,
-                            env={**os.environ, "PYTHONPATH": str(REPO)})
+    demo = subprocess.Popen([*RIGCTL, "demo", *args], stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, start_new_session=True)
     try:
         yield demo
     finally:
@@ -62,7 +59,7 @@ def _alive(pid: int) -> bool:
 
 
 def test_list_names_every_scenario() -> None:
-    result = subprocess.run([*RIGCTL, "demo", "--list"], cwd=REPO, capture_output=True,
+    result = subprocess.run([*RIGCTL, "demo", "--list"], capture_output=True,
                             text=True, timeout=60, check=False)
     assert result.returncode == 0, result.stderr
     names = {line.split()[0] for line in result.stdout.splitlines()}
@@ -70,7 +67,7 @@ def test_list_names_every_scenario() -> None:
 
 
 def test_unknown_scenario_is_refused() -> None:
-    result = subprocess.run([*RIGCTL, "demo", "--scenario", "no-such"], cwd=REPO,
+    result = subprocess.run([*RIGCTL, "demo", "--scenario", "no-such"],
                             capture_output=True, text=True, timeout=60, check=False)
     assert result.returncode == 3
     assert "unknown scenario 'no-such'" in result.stderr
