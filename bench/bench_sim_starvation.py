@@ -1,6 +1,6 @@
 """The owner's starvation experiment against a real simulated-server process, over HTTP.
 
-Starts `python -m exporter.sim.sglang_server` at a time scale, streams A (/generate,
+Starts `python -m exporter.sim.engine.server` at a time scale, streams A (/generate,
 a 2,000-token prompt, decoding), sends B (a fresh 64K prompt) 5 simulated seconds
 later, and prints, per policy: A's longest gap and B's TTFT as the client measured
 them (real seconds times the scale) next to the model's simulated figures, and the

@@ -13,10 +13,10 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def start_sim_engine(*options: str) -> tuple[Process, str]:
-    """`python -m exporter.sim.sglang_server OPTIONS` (TP=2) on a free port, serving;
+    """`python -m exporter.sim.engine.server OPTIONS` (TP=2) on a free port, serving;
     `--dp-size 3` serves ~3,000 lines."""
     port = free_port()
-    process = Process("simulated SGLang", [sys.executable, "-m", "exporter.sim.sglang_server",
+    process = Process("simulated SGLang", [sys.executable, "-m", "exporter.sim.engine.server",
                                            "--port", str(port), *options], None)
     url = f"http://127.0.0.1:{port}"
     wait_ready(url + "/metrics", process)

@@ -29,8 +29,9 @@ from typing import TextIO
 from exporter.launch import ExporterProcess, Process, start_exporter
 from exporter.rigctl.common import EXIT_OK, EXIT_UNKNOWN
 from exporter.rigctl.stack import Monitoring, Notification, WebhookReceiver
-from exporter.sim.rig import SimRig
+from exporter.sim.rig.simrig import SimRig
 from exporter.sim.scenarios import SCENARIOS, Scenario
+from exporter.sim.scenarios.player import play
 
 # Short scenarios that show each family of alert, in an order that tells a story.
 TOUR = ("healthy", "prefill-starves-decode", "thermal-downclock", "swap-storm",
@@ -157,7 +158,7 @@ class Demo:
         expected = ", ".join(_name({"alertname": e.alert, **e.labels})
                              for e in scenario.expects)
         self.say(f"== {scenario.name}: expect {expected or 'no alert'}")
-        await rig.play(scenario, stop_at=None if scenario.expects else HEALTHY_SECONDS)
+        await play(rig, scenario, stop_at=None if scenario.expects else HEALTHY_SECONDS)
         if not scenario.expects:
             active = ", ".join(_name(labels) for labels in self._paging())
             self.say(f"   {scenario.name}: " + (f"active: {active}" if active else

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from exporter.launch import Process, free_port, start_exporter, wait_ready
 from exporter.rigctl.stack import Monitoring, tool
-from exporter.sim.rig import SimRig
+from exporter.sim.rig.simrig import SimRig
 from tests.e2e.stack import LoopThread
 
 TIME_SCALE = 10.0

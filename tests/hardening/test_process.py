@@ -12,8 +12,8 @@ import urllib.request
 from pathlib import Path
 
 from exporter.launch import free_port, start_exporter
-from exporter.sim.sglang_server import SimServer
-from exporter.sim.sglang_state import Fault, SimEngine
+from exporter.sim.engine.server import SimServer
+from exporter.sim.engine.state import Fault, SimEngine
 from tests.conftest import SYSFS_FIXTURE
 from tests.scrape import parse_samples, value
 

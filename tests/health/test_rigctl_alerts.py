@@ -22,7 +22,7 @@ from pathlib import Path
 from alerts.generate import render
 from exporter.launch import free_port
 from exporter.rigctl.health import exit_code
-from exporter.sim.amdgpu_sysfs import RIG_CARDS
+from exporter.sim.rig.sysfs_writer import RIG_CARDS
 from exporter.thresholds import Thresholds
 from tests.health.rig import validate
 from tests.test_rigctl_health import live_rig

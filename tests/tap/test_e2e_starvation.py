@@ -26,8 +26,8 @@ from exporter.config import Config, EngineConfig, GpuConfig, HostConfig
 from exporter.engines.source import EngineSource
 from exporter.launch import free_port
 from exporter.runtime import Exporter
-from exporter.sim.scheduler import Policy
-from exporter.sim.sglang_state import SimEngine
+from exporter.sim.engine.scheduler import Policy
+from exporter.sim.engine.state import SimEngine
 from exporter.streams import StreamMeter, StreamTiming
 from exporter.tap.source import TapSource
 from exporter.tap.state import TapState
