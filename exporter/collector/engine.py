@@ -19,7 +19,7 @@ from exporter.collector.families import PREFIX, counter, families, gauge
 from exporter.engines.mapping import TABLES
 from exporter.engines.probe import ProbeReading
 from exporter.engines.source import EngineReading
-from exporter.engines.stall import StallState
+from exporter.engines.stall.tracker import StallState
 
 LABELS = ("engine", "name")
 
