@@ -1,4 +1,4 @@
-"""Decode and latency: where the token gaps come from (DESIGN §3, §6.2).
+"""Decode and latency: where the token gaps come from (docs/design.md#four-views-of-a-token-gap).
 
 The four views of a gap share one time axis with the scheduler's state: the
 stream tap (every real request), the probe (one synthetic client), the stall

@@ -37,7 +37,7 @@ FLAGS = (
     Flag("--web.scrape-deadline", "web", "scrape_deadline_seconds",
          "seconds each source may take per scrape (default 8)", float),
     Flag("--web.config.file", "web", "config_file",
-         "exporter-toolkit web config (YAML): TLS and basic auth; see README"),
+         "exporter-toolkit web config (YAML): TLS and basic auth; see docs/configuration.md"),
     Flag("--sysfs.root", "gpu", "sysfs_root", "root of the sysfs tree to read (default /sys)"),
     Flag("--gpu.backend", "gpu", "backend", "auto | sysfs | pyrsmi | none (default auto)"),
     Flag("--gpu.cards", "gpu", "cards",
@@ -59,7 +59,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Prometheus exporter for an LLM inference rig (engines, AMD GPUs, host).",
     )
     parser.add_argument("--config.file", dest="config_file", metavar="PATH",
-                        help="TOML config file (see README)")
+                        help="TOML config file (see docs/configuration.md)")
     for f in FLAGS:
         parser.add_argument(f.flag, dest=f"{f.section}.{f.key}", type=f.type, help=f.help)
     for name, section in COLLECTOR_SWITCHES.items():

@@ -83,8 +83,8 @@ class GpuConfig:
     sysfs_root: str = "/sys"
     # "discrete" skips the Ryzen's iGPU; "all"; or a tuple of PCI addresses.
     cards: str | tuple[str, ...] = "discrete"
-    # rig-facts: 2x RX 7900 XTX. Exported as rig_gpu_expected_cards for
-    # RigGpuMissing; 0 disables the count.
+    # 2x RX 7900 XTX (docs/facts/rig.md#hardware-and-software). Exported as
+    # rig_gpu_expected_cards for RigGpuMissing; 0 disables the count.
     expected_cards: int = 2
 
 
@@ -123,7 +123,7 @@ def read_config_file(path: str | Path) -> dict[str, Any]:
 
 
 def load_config(raw: Mapping[str, Any]) -> Config:
-    """Validate a mapping shaped like the TOML file (see README) into a Config."""
+    """Validate a mapping shaped like the TOML file (docs/configuration.md) into a Config."""
     _reject_unknown("", raw, {"web", "engine", "gpu", "host", "health", "thresholds", "log"})
     engines = raw.get("engine", [])
     if not isinstance(engines, list):

@@ -33,6 +33,8 @@ UNOPENABLE_CITATIONS = {
     "issue #N": re.compile(r"\bissue #\d+", re.IGNORECASE),
 }
 NOT_SCANNED = ("tests/fixtures/", "tests/test_docs.py")
+# A citation of a docs page in code or text: docs/stall-tracker.md#stopping.
+_DOCS_CITATION = re.compile(r"(?<![\w./-])(docs/[\w./-]+\.md)(?:#([\w-]+))?")
 
 
 def repository_files() -> set[str]:
@@ -45,7 +47,9 @@ def repository_files() -> set[str]:
 
 
 def documents() -> list[Path]:
-    return [REPO / "README.md", *sorted((REPO / "docs").rglob("*.md"))]
+    """The README, the manual, and the other pages a user reads in the repository."""
+    return [REPO / "README.md", *sorted((REPO / "docs").rglob("*.md")),
+            REPO / "alerts" / "RUNBOOK.md", REPO / "dashboards" / "README.md"]
 
 
 def outside_fences(text: str) -> list[str]:
@@ -140,3 +144,18 @@ def test_no_file_cites_what_a_clone_lacks() -> None:
             found += [f"{name}:{number}: {what}: {line.strip()[:100]}"
                       for what, pattern in UNOPENABLE_CITATIONS.items() if pattern.search(line)]
     assert found == []
+
+
+def test_every_citation_of_a_docs_page_resolves() -> None:
+    files = repository_files()
+    problems = []
+    for name in sorted(files):
+        if name.startswith(NOT_SCANNED) or name.endswith(".md") and name.startswith("docs/"):
+            continue
+        text = (REPO / name).read_bytes().decode("utf-8", errors="replace")
+        for number, line in enumerate(text.splitlines(), 1):
+            for page, fragment in _DOCS_CITATION.findall(line):
+                target = page + (f"#{fragment}" if fragment else "")
+                if (problem := broken_link(REPO / "citation", target, files)) is not None:
+                    problems.append(f"{name}:{number}: {problem}")
+    assert problems == []

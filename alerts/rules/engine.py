@@ -30,9 +30,9 @@ def engine_alerts(t: Thresholds) -> list[Alert]:
             "RigDecodeStarvation",
             "critical",
             # The tap, the stall tracker (4 Hz) and the probe see single long gaps;
-            # the ITL histogram spreads a gap over the tokens after it (sglang-metrics
-            # §5). The tap comes first: where it fires, its value (what the agents
-            # waited) is the one reported.
+            # the ITL histogram spreads a gap over the tokens after it
+            # (docs/facts/sglang.md#inter-token-latency-histogram). The tap comes first:
+            # where it fires, its value (what the agents waited) is the one reported.
             f"""
 max_over_time(rig_stream_max_token_gap_seconds[{longest}])
 and rig_stream_max_token_gap_seconds >= {stall}
@@ -114,7 +114,8 @@ and on(job, instance, name)
             "critical",
             # vllm#46811 saw running read 0 during a real hang, so "running and
             # no decode" alone misses it. Held longer than a legitimate cold
-            # prefill, which also shows running = 0 (rig-facts: 243.81 s at 192K).
+            # prefill, which also shows running = 0 (243.81 s at 192K,
+            # docs/facts/rig.md#latency-and-throughput).
             f"""
 rig_engine_queued_requests > 0
 and on({ENGINE})

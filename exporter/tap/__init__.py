@@ -1,4 +1,4 @@
-"""The stream tap (DESIGN §3.1): an opt-in reverse proxy in front of one engine that
+"""The stream tap (docs/tap.md): an opt-in reverse proxy in front of one engine that
 times every frame of every real streamed response. `proxy` moves the bytes, `state`
 folds each stream's timing into bounded aggregates, `source` runs it as `tap/<name>`.
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 from exporter.streams import Histogram, StreamMeter
 
-#: rig_stream_max_token_gap_seconds looks this far back (DESIGN §2).
+#: rig_stream_max_token_gap_seconds looks this far back (docs/metrics.md#stream-tap).
 WINDOW_SECONDS = 60
 OUTCOMES = ("ok", "error", "client_closed")
 

@@ -22,7 +22,7 @@ def test_datasource_file() -> None:
     (source,) = _load("datasources/rig-prometheus.yaml")["datasources"]
     assert source["type"] == "prometheus" and source["access"] == "proxy"
     assert source["url"].startswith("http://127.0.0.1:")
-    # $__rate_interval is derived from it (anchors.md §7.3).
+    # $__rate_interval is derived from it (docs/facts/tooling.md#grafanas-rate-interval).
     assert source["jsonData"]["timeInterval"].endswith("s")
 
 

@@ -25,7 +25,7 @@ from exporter.snapshot import SourceError
 
 log = logging.getLogger(__name__)
 
-#: rig_engine_decode_stall_max_seconds looks back this far (DESIGN §2).
+#: rig_engine_decode_stall_max_seconds looks back this far (docs/stall-tracker.md).
 MAX_WINDOW_SECONDS = 60.0
 #: Shorter standstills are decode's own cadence (a mixed-chunk batch every 0.5 s, a
 #: slow token rate), not stalls; the alerts start at 2 s (stutter) and 10 s.
@@ -101,7 +101,7 @@ class StallPoller:
     signal plan are chosen once at start; this loop only asks, interprets and
     observes. An observation is stamped when its answer arrives, since that is when
     the counters were read: stamping the ask instead turned the time a poll waited on
-    a hung engine into a false stall on recovery (issue #7 problem 4).
+    a hung engine into a false stall on recovery (docs/stall-tracker.md#the-state-machine).
     """
 
     def __init__(self, reader: CounterReader, plan: SignalPlan,
@@ -127,7 +127,8 @@ class StallPoller:
         asked = self.clock()
         try:
             # asyncio.timeout, not wait_for: on 3.11 wait_for can swallow a
-            # cancellation that lands as the read completes (issue #7 problem 6).
+            # cancellation that lands as the read completes (CPython gh-86296;
+            # docs/stall-tracker.md#stopping).
             async with asyncio.timeout(self.timeout_seconds):
                 counters = await self.reader.read()
         except (SourceError, TimeoutError):

@@ -45,10 +45,10 @@ from exporter.sim.rig.sysfs_writer import CardSpec
 if TYPE_CHECKING:
     from exporter.config import Config
 
-# SGLang's `cache_source` label for each tier (reference/sglang-metrics.md §2.2).
+# SGLang's `cache_source` label for each tier (docs/facts/sglang.md#cache-tiers).
 CACHE_SOURCE = {"L1": "device", "L2": "host", "L3": "storage"}
 
-# The exporter's own schedules at time scale 1 (config defaults and DESIGN §3).
+# The exporter's own schedules at time scale 1 (config defaults).
 PROBE_INTERVAL_SECONDS = 60.0
 PROBE_TIMEOUT_SECONDS = 60.0
 STALL_WINDOW_SECONDS = 60.0  # the look-back of rig_engine_decode_stall_max_seconds
@@ -74,7 +74,7 @@ class SimRig:
         self.say = say or (lambda line: None)
         self._own_directory = directory is None
         self.directory = Path(directory) if directory else None
-        # The rig has an NVMe L3 (rig-facts); its counters appear on first use.
+        # The rig has an NVMe L3 (docs/facts/rig.md); its counters appear on first use.
         self.engine = SimEngine(clock=self.clock.now, hicache_storage="file",
                                 time_scale=time_scale)
         self.flows = EngineFlows()
@@ -328,7 +328,8 @@ class SimRig:
         for name in ("evicted_tokens", "loaded_back_tokens", "backed_up_tokens",
                      "storage_prefetched_tokens", "storage_written_tokens"):
             rate = getattr(flows, name)
-            if rate > 0:  # SGLang creates a counter on first use (reference §2.2)
+            # SGLang creates a counter on first use (docs/facts/sglang.md#multiprocess-mode).
+            if rate > 0:
                 setattr(engine, name, (getattr(engine, name) or 0.0) + rate * dt)
 
     # --- files --------------------------------------------------------------
