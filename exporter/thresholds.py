@@ -37,6 +37,9 @@ class Thresholds:
     # default scheduler stalls a 64K decode for 47.23 s during a 64K prefill.
     decode_stall_critical_seconds: float = 10.0
     decode_starvation_for_seconds: int = 30
+    # The exporter's longest-gap gauges (stall tracker, stream tap) look back this
+    # far; the rules' ranges over them add it, and the stutter rule steps by it.
+    decode_stall_window_seconds: int = 60
     # rig-facts: mixed chunk / N=1 still pauses decode ~4 s per prefill chunk.
     decode_stutter_seconds: float = 2.0
     decode_stutter_count: int = 3
