@@ -38,6 +38,9 @@ class Thresholds:
     # (docs/facts/rig.md#decode-starvation).
     decode_stall_critical_seconds: float = 10.0
     decode_starvation_for_seconds: int = 30
+    # The exporter's longest-gap gauges (stall tracker, stream tap) look back this
+    # far; the rules' ranges over them add it, and the stutter rule steps by it.
+    decode_stall_window_seconds: int = 60
     # Mixed chunk or N=1 still pauses decode ~4 s per prefill chunk
     # (docs/facts/rig.md#decode-starvation).
     decode_stutter_seconds: float = 2.0

@@ -4,7 +4,7 @@ folds each stream's timing into bounded aggregates, `source` runs it as `tap/<na
 
 `tap_readings(snapshot)` is what other views read (the landing page, /api/health):
 per tapped engine, `active` streams in flight and `max_gap_seconds`, the worst gap
-between tokens of the last minute, a gap still open included.
+between tokens of its window (`window_seconds`), a gap still open included.
 """
 
 from __future__ import annotations
