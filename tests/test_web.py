@@ -19,7 +19,7 @@ from exporter.snapshot import SourceError
 from tests.conftest import SYSFS_FIXTURE, card_device, hwmon_dir
 from tests.scrape import get, names, parse_samples, serving, value
 
-# Every GPU family of DESIGN §2 that a 7900 XTX on kernel 6.6+ fills (counters by their
+# Every GPU family of docs/metrics.md that a 7900 XTX on kernel 6.6+ fills (counters by their
 # sample name; rig_gpu_energy_joules_total needs firmware that fills the accumulator).
 GPU_FAMILIES = {
     "rig_gpu_present", "rig_gpu_info", "rig_gpu_expected_cards", "rig_gpu_temperature_celsius",
