@@ -1,6 +1,6 @@
 """The owner's starvation experiment against a real simulated-server process, over HTTP.
 
-Starts `python -m exporter.sim.sglang_server` at a time scale, streams A (/generate,
+Starts `python -m exporter.sim.engine.server` at a time scale, streams A (/generate,
 a 2,000-token prompt, decoding), sends B (a fresh 64K prompt) 5 simulated seconds
 later, and prints, per policy: A's longest gap and B's TTFT as the client measured
 them (real seconds times the scale) next to the model's simulated figures, and the
@@ -76,7 +76,7 @@ async def experiment(url: str, scale: float) -> tuple[float, float, dict]:
 
 def run(policy: str, scale: float) -> None:
     port = free_port()
-    server = subprocess.Popen([sys.executable, "-m", "exporter.sim.sglang_server", "--port",
+    server = subprocess.Popen([sys.executable, "-m", "exporter.sim.engine.server", "--port",
                                str(port), "--running", "0", "--policy", policy,
                                "--time-scale", str(scale)], stdout=subprocess.DEVNULL)
     url = f"http://127.0.0.1:{port}"

@@ -21,7 +21,7 @@ from prometheus_client import CONTENT_TYPE_LATEST
 from exporter import __version__, event_loop
 from exporter.config import Config, ConfigError, WebConfig
 from exporter.runtime import Exporter
-from exporter.sources.base import Snapshot
+from exporter.snapshot import Snapshot
 from exporter.tap import tap_readings
 from exporter.web_security import WebSecurity, basic_auth_middleware
 

@@ -22,10 +22,10 @@ from collections.abc import Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
 
-from exporter.sim.amdgpu_sysfs import RIG_CARDS, CardSpec, write_rig
-from exporter.sim.procfs import GIB, PAGE, HostSpec, write_proc
-from exporter.sim.sglang_server import SimServer
-from exporter.sim.sglang_state import SimEngine
+from exporter.sim.engine.server import SimServer
+from exporter.sim.engine.state import SimEngine
+from exporter.sim.rig.procfs_writer import GIB, PAGE, HostSpec, write_proc
+from exporter.sim.rig.sysfs_writer import RIG_CARDS, CardSpec, write_rig
 from tests.health.rig import validate
 from tests.scrape import free_port, get
 

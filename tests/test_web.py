@@ -14,9 +14,9 @@ import pytest
 
 from exporter.config import load_config
 from exporter.runtime import Exporter
-from exporter.sim.amdgpu_sysfs import remove_card
-from exporter.sim.procfs import HostSpec, write_proc
-from exporter.sources.base import SourceError
+from exporter.sim.rig.procfs_writer import HostSpec, write_proc
+from exporter.sim.rig.sysfs_writer import remove_card
+from exporter.snapshot import SourceError
 from tests.conftest import SYSFS_FIXTURE, card_device, hwmon_dir
 from tests.scrape import free_port, get, names, parse_samples, serving, value
 

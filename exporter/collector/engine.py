@@ -26,7 +26,7 @@ from exporter.collector.families import (
 from exporter.engines.mapping import TABLES
 from exporter.engines.probe import ProbeReading
 from exporter.engines.source import EngineReading
-from exporter.engines.stall import StallState
+from exporter.engines.stall.tracker import StallState
 
 DOCS = {
     "running_requests": "Requests in the running (decoding) batch.",

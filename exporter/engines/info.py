@@ -14,7 +14,7 @@ from typing import Any
 import aiohttp
 
 from exporter.engines.fetch import get_text
-from exporter.sources.base import SourceError
+from exporter.snapshot import SourceError
 
 SGLANG_INFO_PATHS = ("/server_info", "/get_server_info")
 

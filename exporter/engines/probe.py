@@ -23,7 +23,7 @@ import aiohttp
 
 from exporter.config import EngineConfig
 from exporter.engines.source import EngineSource
-from exporter.sources.base import SourceError
+from exporter.snapshot import SourceError
 from exporter.streams import Histogram, StreamMeter
 
 log = logging.getLogger(__name__)

@@ -23,15 +23,15 @@ from exporter.engines.fetch import get_text
 from exporter.engines.info import EngineInfo, fetch_info
 from exporter.engines.mapping import TABLES
 from exporter.engines.normalise import EngineMetrics, normalise, wanted_names
-from exporter.engines.stall import StallPoller, StallState
-from exporter.engines.stall_readers import (
+from exporter.engines.stall.plans import plan_for
+from exporter.engines.stall.readers import (
     CounterReader,
     MetricsBody,
     MetricsReader,
     MultiprocReader,
 )
-from exporter.engines.stall_signals import plan_for
-from exporter.sources.base import SourceError
+from exporter.engines.stall.tracker import StallPoller, StallState
+from exporter.snapshot import SourceError
 
 log = logging.getLogger(__name__)
 

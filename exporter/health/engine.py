@@ -11,7 +11,7 @@ from exporter.health.view import Context, engine_labels, seconds, signal
 #: RigEngineWedged{signal="queue"} counts decode batches over `[1m]`.
 WEDGE_WINDOW_SECONDS = 60.0
 #: RigDecodeStuttering's subquery step: the stall maximum covers the last 60 s
-#: (exporter/engines/stall.py), so each minute with a stall counts once.
+#: (exporter/engines/stall/tracker.py), so each minute with a stall counts once.
 STUTTER_STEP_SECONDS = 60.0
 
 

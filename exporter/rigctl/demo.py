@@ -35,8 +35,9 @@ from exporter.rigctl.stack import (
     start_exporter,
     wait_exporter,
 )
-from exporter.sim.rig import SimRig
+from exporter.sim.rig.simrig import SimRig
 from exporter.sim.scenarios import SCENARIOS, Scenario
+from exporter.sim.scenarios.player import play
 
 # Short scenarios that show each family of alert, in an order that tells a story.
 TOUR = ("healthy", "prefill-starves-decode", "thermal-downclock", "swap-storm",
@@ -160,7 +161,7 @@ class Demo:
         expected = ", ".join(_name({"alertname": e.alert, **e.labels})
                              for e in scenario.expects)
         self.say(f"== {scenario.name}: expect {expected or 'no alert'}")
-        await rig.play(scenario, stop_at=None if scenario.expects else HEALTHY_SECONDS)
+        await play(rig, scenario, stop_at=None if scenario.expects else HEALTHY_SECONDS)
         if not scenario.expects:
             active = ", ".join(_name(labels) for labels in self._paging())
             self.say(f"   {scenario.name}: " + (f"active: {active}" if active else

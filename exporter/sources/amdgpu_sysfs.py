@@ -16,8 +16,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from exporter.snapshot import SourceError
 from exporter.sources import gpu_metrics
-from exporter.sources.base import SourceError
 from exporter.sources.energy_counter import EnergyCounter
 
 log = logging.getLogger(__name__)

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from exporter.sources.amdgpu_sysfs import AmdgpuSysfs, CardReading
-from exporter.sources.base import BlockingRead
+from exporter.sources.blocking import BlockingRead
 from exporter.sources.pyrsmi_overlay import PyrsmiOverlay, load_rocml
 
 log = logging.getLogger(__name__)

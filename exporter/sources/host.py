@@ -12,7 +12,8 @@ from pathlib import Path
 
 import psutil
 
-from exporter.sources.base import BlockingRead, SourceError
+from exporter.snapshot import SourceError
+from exporter.sources.blocking import BlockingRead
 
 log = logging.getLogger(__name__)
 

@@ -9,7 +9,7 @@ between tokens of the last minute, a gap still open included.
 
 from __future__ import annotations
 
-from exporter.sources.base import Snapshot
+from exporter.snapshot import Snapshot
 from exporter.tap.state import TapReading
 
 __all__ = ["TapReading", "tap_readings"]

@@ -12,7 +12,7 @@ import logging
 from aiohttp import web
 
 from exporter.config import EngineConfig
-from exporter.sources.base import SourceError
+from exporter.snapshot import SourceError
 from exporter.tap.proxy import TapProxy
 from exporter.tap.state import TapReading, TapState
 

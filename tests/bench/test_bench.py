@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 from aiohttp.test_utils import TestServer
 
-from exporter.bench.starvation import StarvationSettings, run_starvation
-from exporter.bench.sweep import SweepSettings, run_sweep
-from exporter.sim.scheduler import Timings
+from exporter.experiments.starvation import StarvationSettings, run_starvation
+from exporter.experiments.sweep import SweepSettings, run_sweep
+from exporter.sim.engine.scheduler import Timings
 from tests.bench.standin import B_TTFT, PAUSE, StandIn
 from tests.scrape import free_port
 
@@ -70,7 +70,7 @@ def real_time_sim_engine():
 def _sim_engine(time_scale: float):
     port = free_port()
     process = subprocess.Popen(
-        [sys.executable, "-m", "exporter.sim.sglang_server", "--port", str(port),
+        [sys.executable, "-m", "exporter.sim.engine.server", "--port", str(port),
          "--running", "0", "--time-scale", str(time_scale)],
         cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     url = f"http://127.0.0.1:{port}"

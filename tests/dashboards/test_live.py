@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from exporter.sim.amdgpu_sysfs import RIG_CARDS, write_card
+from exporter.sim.rig.sysfs_writer import RIG_CARDS, write_card
 from tests.dashboards.live import RIG, SCRAPE_SECONDS, Stack, running_stack
 from tests.dashboards.queries import PanelQuery, committed, panel_queries, substitute, variables
 

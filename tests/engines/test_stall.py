@@ -16,11 +16,11 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from exporter.config import Config, GpuConfig, HostConfig
 from exporter.engines.fetch import get_text
-from exporter.engines.stall import DecodeStallTracker, StallPoller, StallState
-from exporter.engines.stall_readers import MetricsBody, MetricsReader
-from exporter.engines.stall_signals import plan_for
+from exporter.engines.stall.plans import plan_for
+from exporter.engines.stall.readers import MetricsBody, MetricsReader
+from exporter.engines.stall.tracker import DecodeStallTracker, StallPoller, StallState
 from exporter.runtime import Exporter
-from exporter.sim.sglang_state import Fault, SimEngine
+from exporter.sim.engine.state import Fault, SimEngine
 from tests.engines.helpers import engine_config, running_sim
 
 TICK = 0.25

@@ -10,12 +10,12 @@ import random
 import pytest
 
 from exporter.config import Config, GpuConfig, HostConfig
-from exporter.engines.stall import StallPoller
-from exporter.engines.stall_signals import Counters, plan_for
+from exporter.engines.stall.plans import Counters, plan_for
+from exporter.engines.stall.tracker import StallPoller
 from exporter.runtime import Exporter
-from exporter.sim.sglang_release import ReleasePlayback, ReleaseServer
-from exporter.sources.base import read_source
+from exporter.snapshot import read_source
 from tests.engines.helpers import engine_config
+from tests.support.sglang_release import ReleasePlayback, ReleaseServer
 
 
 class HeldReader:

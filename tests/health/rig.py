@@ -13,11 +13,11 @@ from exporter.config import EngineConfig
 from exporter.engines.normalise import EngineMetrics
 from exporter.engines.probe import ProbeReading, ProbeResult
 from exporter.engines.source import EngineReading
-from exporter.engines.stall import StallState
+from exporter.engines.stall.tracker import StallState
 from exporter.health.monitor import HealthMonitor
 from exporter.health.report import Check, Report
+from exporter.snapshot import Snapshot, SourceResult
 from exporter.sources.amdgpu_sysfs import CardReading, PcieLink
-from exporter.sources.base import Snapshot, SourceResult
 from exporter.sources.gpu import GpuReading
 from exporter.sources.host import HostReading
 from exporter.thresholds import Thresholds

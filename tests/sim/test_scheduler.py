@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from exporter.sim.scheduler import (
+from exporter.sim.engine.scheduler import (
     KEEP_FINISHED,
     STARVATION_TABLE,
     BatchKind,

@@ -8,7 +8,7 @@ import struct
 
 import pytest
 
-from exporter.sim.amdgpu_sysfs import CardSpec, gpu_metrics_v1_3
+from exporter.sim.rig.sysfs_writer import CardSpec, gpu_metrics_v1_3
 from exporter.sources.gpu_metrics import GpuMetricsError, decode, throttle_reasons
 
 # reference/amd-gpu.md Appendix A.4: a Navi 31 under prefill load on its power cap.

@@ -25,8 +25,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from exporter.config import Config, EngineConfig, GpuConfig, HostConfig
 from exporter.engines.source import EngineSource
 from exporter.runtime import Exporter
-from exporter.sim.scheduler import Policy
-from exporter.sim.sglang_state import SimEngine
+from exporter.sim.engine.scheduler import Policy
+from exporter.sim.engine.state import SimEngine
 from exporter.streams import StreamMeter, StreamTiming
 from exporter.tap.source import TapSource
 from exporter.tap.state import TapState

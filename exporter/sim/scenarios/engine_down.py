@@ -15,7 +15,6 @@ stays up and reports probe_success 0).
 
 from __future__ import annotations
 
-from exporter.sim.baseline import apply_healthy
 from exporter.sim.scenarios.base import DEFAULTS, Expect, fault_held
 
 
@@ -25,7 +24,7 @@ async def engine_dies(rig) -> None:
 
 async def engine_restarts(rig) -> None:
     await rig.engine_up()
-    apply_healthy(rig)
+    rig.heal()
 
 
 SCENARIO = fault_held(

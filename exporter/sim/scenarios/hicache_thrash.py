@@ -25,8 +25,8 @@ prefetches some back: it works here), RigHostSwapping.
 
 from __future__ import annotations
 
-from exporter.sim.baseline import L2_CAPACITY_TOKENS
-from exporter.sim.rig import EngineFlows
+from exporter.sim.rig.baseline import L2_CAPACITY_TOKENS
+from exporter.sim.rig.state import EngineFlows
 from exporter.sim.scenarios.base import DEFAULTS, Expect, fault_held
 
 AGENTS = 4

@@ -17,8 +17,8 @@ is under 98 %), RigKVPoolSaturated.
 
 from __future__ import annotations
 
-from exporter.sim.baseline import L2_CAPACITY_TOKENS, SESSION_TOKENS
-from exporter.sim.rig import EngineFlows
+from exporter.sim.rig.baseline import L2_CAPACITY_TOKENS, SESSION_TOKENS
+from exporter.sim.rig.state import EngineFlows
 from exporter.sim.scenarios.base import DEFAULTS, Expect, fault_held
 
 TURNS_PER_SECOND = 2 / 60  # two agents, a turn a minute each

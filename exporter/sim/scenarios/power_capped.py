@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from exporter.sim.baseline import THROTTLE_HOTSPOT, THROTTLE_PPT0, card
+from exporter.sim.rig.baseline import THROTTLE_HOTSPOT, THROTTLE_PPT0, card
 from exporter.sim.scenarios.base import DEFAULTS, Expect, fault_held
 
 COLD_PREFILL_TOKENS_PER_SECOND = 2_720.0  # rig-facts: 2 concurrent 64K prefills

@@ -18,7 +18,7 @@ RigKVPoolSaturated (two 64K sessions use 60 % of the pool).
 
 from __future__ import annotations
 
-from exporter.sim.baseline import SESSION_TOKENS
+from exporter.sim.rig.baseline import SESSION_TOKENS
 from exporter.sim.scenarios.base import LEAD_IN_SECONDS, Expect, Step, lead_in, scenario
 
 A_ALONE_AT = LEAD_IN_SECONDS - 5.0

@@ -15,7 +15,7 @@ Must not raise: RigDecodeStarvation (the hog decodes steadily), RigEngineWedged
 
 from __future__ import annotations
 
-from exporter.sim.rig import EngineFlows
+from exporter.sim.rig.state import EngineFlows
 from exporter.sim.scenarios.base import DEFAULTS, Expect, fault_held
 
 SINGLE_STREAM_DECODE_TOKENS_PER_SECOND = 88.8  # rig-facts: 64K single stream

@@ -16,7 +16,7 @@ full 4 % is under 10 %), RigCpuHot, RigHiCacheHostPoolFull.
 
 from __future__ import annotations
 
-from exporter.sim.procfs import MIB
+from exporter.sim.rig.procfs_writer import MIB
 from exporter.sim.scenarios.base import DEFAULTS, Expect, fault_held
 
 

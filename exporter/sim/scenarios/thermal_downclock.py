@@ -19,7 +19,7 @@ RigGpuHot{sensor="memory"} (12 °C of headroom), RigGpuPowerCapped (236 W of
 
 from __future__ import annotations
 
-from exporter.sim.baseline import THROTTLE_HOTSPOT, card
+from exporter.sim.rig.baseline import THROTTLE_HOTSPOT, card
 from exporter.sim.scenarios.base import DEFAULTS, Expect, fault_held
 
 

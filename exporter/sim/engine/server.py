@@ -10,11 +10,11 @@ stay sorted and values use prometheus_client's formatting, as a real server's do
 With dp_size > 1 every scheduler-side series repeats once per `dp_rank`.
 
 /generate and /v1/completions are served by the engine's scheduler model
-(exporter/sim/scheduler.py; see exporter/sim/generation.py), so each token frame is
+(exporter/sim/engine/scheduler.py; see exporter/sim/engine/generation.py), so each token frame is
 written when the scheduler emits it. /v1/loads answers the `core` fields (0.5.8+).
-The /sim/ control endpoint (loopback only) is documented in exporter/sim/control.py.
+The /sim/ control endpoint (loopback only) is documented in exporter/sim/engine/control.py.
 
-    python -m exporter.sim.sglang_server --port 30000 --policy n=1 --time-scale 10
+    python -m exporter.sim.engine.server --port 30000 --policy n=1 --time-scale 10
 """
 
 from __future__ import annotations
@@ -34,9 +34,9 @@ from pathlib import Path
 from aiohttp import web
 from prometheus_client.utils import floatToGoString
 
-from exporter.sim import control, generation
-from exporter.sim.scheduler import Policy
-from exporter.sim.sglang_state import Fault, Histogram, SimEngine
+from exporter.sim.engine import control, generation
+from exporter.sim.engine.scheduler import Policy
+from exporter.sim.engine.state import Fault, Histogram, SimEngine
 
 TEMPLATE = Path(__file__).parent / "templates" / "sglang-0.5.23-multiproc.txt"
 _LABEL = re.compile(r'(\w+)="([^"]*)"')

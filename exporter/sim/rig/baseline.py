@@ -10,18 +10,16 @@ does not grow. Nothing here comes near an alert threshold.
 from __future__ import annotations
 
 import dataclasses
-from typing import TYPE_CHECKING
+from dataclasses import dataclass
+from typing import Any
 
-from exporter.sim.amdgpu_sysfs import RIG_CARDS, CardSpec
-from exporter.sim.sglang_state import Fault
-
-if TYPE_CHECKING:
-    from exporter.sim.rig import EngineFlows, HostState, SimRig
+from exporter.sim.engine.state import Fault
+from exporter.sim.rig.state import EngineFlows, HostState
+from exporter.sim.rig.sysfs_writer import RIG_CARDS, CardSpec
 
 # smu13_driver_if_v13_0_0.h throttler bits: TEMP_HOTSPOT is set almost always on
 # Navi 31, even at idle (reference/amd-gpu.md §8.6); PPT0 is the power1_cap limit.
 THROTTLE_HOTSPOT = 1 << 1
-THROTTLE_TEMP_MEM = 1 << 4
 THROTTLE_PPT0 = 1 << 16
 
 # rig-facts: the owner lowered power1_cap from ~330 W to 305 W, the lowest allowed.
@@ -66,8 +64,6 @@ def healthy_cards() -> dict[str, CardSpec]:
 
 
 def healthy_flows() -> EngineFlows:
-    from exporter.sim.rig import EngineFlows
-
     # Each of two agents sends a turn a minute: its 64K session from L1 plus about
     # 2K new tokens (tool output), and decodes ~50 tok/s (rig-facts: 2x104K decode
     # gave 105.9 tok/s aggregate). New tokens are written through to L2.
@@ -82,31 +78,24 @@ def healthy_flows() -> EngineFlows:
 
 
 def healthy_host() -> HostState:
-    from exporter.sim.rig import HostState
-
     # rig-facts: 40 GiB used, 19 GiB available, swap 62 MiB and not growing.
     return HostState(pressure_some_ratio=0.002, pressure_full_ratio=0.0, cpu_celsius=68.0)
 
 
-def apply_healthy(rig: SimRig) -> None:
-    """Put every part of the rig back to healthy (the engine's process state aside:
-    `engine_up` brings a stopped engine back)."""
-    for name, spec in healthy_cards().items():
-        if name in rig.removed_cards:
-            rig.restore_card(name)
-        rig.put_card(spec)
-    keep = rig.host
-    host = healthy_host()
-    host.swap_in_bytes_total = keep.swap_in_bytes_total
-    host.swap_out_bytes_total = keep.swap_out_bytes_total
-    host.pressure_some_seconds = keep.pressure_some_seconds
-    host.pressure_full_seconds = keep.pressure_full_seconds
-    rig.set_host(**dataclasses.asdict(host))
-    rig.set_flows(healthy_flows())
-    rig.wedge_scheduler(False)
-    rig.set_engine(running=2, queued=0, token_usage=0.58, decode_batches_per_second=30.0,
-                   max_total_num_tokens=L1_CAPACITY_TOKENS,
-                   hicache_host_total_tokens=L2_CAPACITY_TOKENS,
-                   hicache_host_used_tokens=150_000, fault=Fault.NONE)
-    if rig.engine.retracted_requests is None:
-        rig.engine.retracted_requests = 0
+@dataclass(frozen=True)
+class Baseline:
+    """The healthy rig as values; `SimRig.heal` applies it."""
+
+    cards: dict[str, CardSpec]
+    flows: EngineFlows
+    host: HostState
+    engine: dict[str, Any]  # SimRig.set_engine's changes
+
+
+def healthy() -> Baseline:
+    return Baseline(
+        cards=healthy_cards(), flows=healthy_flows(), host=healthy_host(),
+        engine=dict(running=2, queued=0, token_usage=0.58, decode_batches_per_second=30.0,
+                    max_total_num_tokens=L1_CAPACITY_TOKENS,
+                    hicache_host_total_tokens=L2_CAPACITY_TOKENS,
+                    hicache_host_used_tokens=150_000, fault=Fault.NONE))

@@ -12,9 +12,9 @@ decode pause shows in their streams and in /metrics alike.
 
     async with SimRig(time_scale=20) as rig:
         config = rig.exporter_config()
-        await rig.play(SCENARIOS["thermal-downclock"])
+        await play(rig, SCENARIOS["thermal-downclock"])  # exporter.sim.scenarios.player
 
-Compressed time (`exporter.sim.timescale`): at time scale F the rig lives F
+Compressed time (`exporter.sim.rig.clock`): at time scale F the rig lives F
 times faster than real time. Counts (tokens, bytes) move per scenario second.
 Durations the exporter measures against a threshold (decode stalls, the probe's
 deadline) compress by `stall_scale` instead, F unless told: on a busy machine a
@@ -27,25 +27,23 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import inspect
 import os
 import shutil
 import tempfile
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from exporter.sim import amdgpu_sysfs, baseline
-from exporter.sim.amdgpu_sysfs import CardSpec
-from exporter.sim.procfs import GIB, MIB, PAGE, HostSpec, write_cpu_hwmon, write_proc
-from exporter.sim.sglang_server import SimServer
-from exporter.sim.sglang_state import SimEngine
-from exporter.sim.timescale import ScenarioClock
+from exporter.sim.engine.server import SimServer
+from exporter.sim.engine.state import SimEngine
+from exporter.sim.rig import baseline, sysfs_writer
+from exporter.sim.rig.clock import ScenarioClock
+from exporter.sim.rig.procfs_writer import PAGE, HostSpec, write_cpu_hwmon, write_proc
+from exporter.sim.rig.state import EngineFlows, HostState
+from exporter.sim.rig.sysfs_writer import CardSpec
 
 if TYPE_CHECKING:
     from exporter.config import Config
-    from exporter.sim.scenarios.base import Scenario
 
 # SGLang's `cache_source` label for each tier (reference/sglang-metrics.md §2.2).
 CACHE_SOURCE = {"L1": "device", "L2": "host", "L3": "storage"}
@@ -61,44 +59,6 @@ MIN_STALL_POLL_SECONDS = 0.05
 # A probe's whole stream must fit its timeout even on a loaded machine, or a
 # healthy engine reads as wedged; so the compressed timeout has a floor.
 MIN_PROBE_TIMEOUT_SECONDS = 3.0
-
-
-@dataclass
-class EngineFlows:
-    """What moves through the engine, in tokens per scenario second."""
-
-    prompt_tokens: float = 0.0
-    generation_tokens: float = 0.0
-    hit_tokens: dict[str, float] = field(default_factory=dict)  # tier (L1, L2, L3) -> tokens/s
-    evicted_tokens: float = 0.0
-    loaded_back_tokens: float = 0.0
-    backed_up_tokens: float = 0.0
-    storage_prefetched_tokens: float = 0.0
-    storage_written_tokens: float = 0.0
-
-
-@dataclass
-class HostState:
-    """Host memory and the CPU; rates per scenario second, PSI as a share of time."""
-
-    memory_total_bytes: float = 64 * GIB
-    memory_available_bytes: float = 19 * GIB
-    swap_total_bytes: float = 8 * GIB
-    swap_used_bytes: float = 62 * MIB
-    swap_in_bytes_per_second: float = 0.0
-    swap_out_bytes_per_second: float = 0.0
-    # PSI counts stalled time, a duration, so it accrues in real time: a share
-    # of 0.1 reads as rate 0.1 at any time scale.
-    pressure_some_ratio: float = 0.0
-    pressure_full_ratio: float = 0.0
-    cpu_celsius: float | None = 68.0
-    swap_in_bytes_total: float = 0.0
-    swap_out_bytes_total: float = 0.0
-    pressure_some_seconds: float = 0.0
-    pressure_full_seconds: float = 0.0
-
-
-Action = Callable[["SimRig"], Any]
 
 
 class SimRig:
@@ -137,8 +97,8 @@ class SimRig:
         if self.directory is None:
             self.directory = Path(tempfile.mkdtemp(prefix="sim-rig-"))
         self.sysfs_root.mkdir(parents=True, exist_ok=True)
-        amdgpu_sysfs.write_rig(self.sysfs_root, tuple(self.cards.values()))
-        baseline.apply_healthy(self)
+        sysfs_writer.write_rig(self.sysfs_root, tuple(self.cards.values()))
+        self.heal()
         self.server = SimServer(self.engine)
         self.engine_url = await self.server.start()
         self._port = int(self.engine_url.rsplit(":", 1)[1])
@@ -225,6 +185,27 @@ class SimRig:
 
     # --- controls (scenarios and the control endpoint) ----------------------
 
+    def heal(self) -> None:
+        """Put every part of the rig back to healthy (the engine's process state aside:
+        `engine_up` brings a stopped engine back). Counters keep counting."""
+        healthy = baseline.healthy()
+        for name, spec in healthy.cards.items():
+            if name in self.removed_cards:
+                self.restore_card(name)
+            self.put_card(spec)
+        kept = self.host
+        host = dataclasses.replace(
+            healthy.host, swap_in_bytes_total=kept.swap_in_bytes_total,
+            swap_out_bytes_total=kept.swap_out_bytes_total,
+            pressure_some_seconds=kept.pressure_some_seconds,
+            pressure_full_seconds=kept.pressure_full_seconds)
+        self.set_host(**dataclasses.asdict(host))
+        self.set_flows(healthy.flows)
+        self.wedge_scheduler(False)
+        self.set_engine(**healthy.engine)
+        if self.engine.retracted_requests is None:
+            self.engine.retracted_requests = 0
+
     def set_card(self, card: str, **changes: Any) -> CardSpec:
         """Change one card's sysfs state (CardSpec fields) and rewrite its files."""
         return self.put_card(dataclasses.replace(self.cards[card], **changes))
@@ -240,7 +221,7 @@ class SimRig:
         if card not in self.cards:
             raise KeyError(card)
         if card not in self.removed_cards:
-            amdgpu_sysfs.remove_card(self.sysfs_root, card)
+            sysfs_writer.remove_card(self.sysfs_root, card)
             self.removed_cards.add(card)
 
     def restore_card(self, card: str) -> None:
@@ -297,34 +278,7 @@ class SimRig:
         self.server = SimServer(self.engine)
         await self.server.start(port=self._port)
 
-    # --- playing a scenario -------------------------------------------------
-
-    async def play(self, scenario: Scenario, time_scale: float | None = None,
-                   stop_at: float | None = None,
-                   fault_time_scale: float | None = None) -> None:
-        """Play `scenario` from its start; `stop_at` ends it early (scenario seconds).
-        With `fault_time_scale`, the steps after the lead-in play at that scale (a
-        test can hurry through the healthy minute)."""
-        if time_scale is not None:
-            self.rescale(time_scale)
-        start = self.scenario_started_at = self.clock.now()
-        end = scenario.seconds if stop_at is None else min(stop_at, scenario.seconds)
-        self.say(f"scenario {scenario.name}: {scenario.summary} "
-                 f"({scenario.seconds:g} s at time scale {self.clock.time_scale:g})")
-        for step in scenario.steps:
-            if step.at > end:
-                break
-            await self.sleep_until(start + step.at)
-            if fault_time_scale is not None and step.phase != "lead-in":
-                self.rescale(fault_time_scale)
-                fault_time_scale = None
-            self.phase = step.phase
-            outcome = step.act(self)
-            if inspect.isawaitable(outcome):
-                await outcome
-            self.say(f"[{step.at:7.1f} s] {step.phase}: {step.says}")
-        await self.sleep_until(start + end)
-        self.say(f"[{end:7.1f} s] scenario {scenario.name} done")
+    # --- the rig's clock ----------------------------------------------------
 
     def rescale(self, time_scale: float) -> None:
         """From now on the rig lives `time_scale` times faster (the clock stays
@@ -400,7 +354,7 @@ class SimRig:
         tree, so that a scrape never reads a half-written file."""
         staging = Path(tempfile.mkdtemp(prefix=".stage-", dir=self.directory))
         try:
-            amdgpu_sysfs.write_card(staging, spec)
+            sysfs_writer.write_card(staging, spec)
             for folder, dirs, files in os.walk(staging):
                 live = self.sysfs_root / Path(folder).relative_to(staging)
                 live.mkdir(parents=True, exist_ok=True)

@@ -29,10 +29,11 @@ from typing import Any
 
 from aiohttp import web
 
-from exporter.sim.baseline import apply_healthy, power
-from exporter.sim.rig import SimRig
+from exporter.sim.engine.state import Fault
+from exporter.sim.rig.baseline import power
+from exporter.sim.rig.simrig import SimRig
 from exporter.sim.scenarios import SCENARIOS
-from exporter.sim.sglang_state import Fault
+from exporter.sim.scenarios.player import play
 
 # Card settings in the rig's units -> (CardSpec field, factor to sysfs units).
 CARD_UNITS = {
@@ -86,7 +87,7 @@ class RigControl:
         if self.playing is not None:
             self.playing.cancel()
         self.scenario = name
-        self.playing = asyncio.create_task(self.rig.play(scenario, time_scale),
+        self.playing = asyncio.create_task(play(self.rig, scenario, time_scale),
                                            name=f"scenario {name}")
 
     async def stop_playing(self) -> None:
@@ -126,7 +127,7 @@ class RigControl:
     async def healthy(self, request: web.Request, body: dict[str, Any]) -> None:
         await self.stop_playing()
         await self.rig.engine_up()
-        apply_healthy(self.rig)
+        self.rig.heal()
 
     async def card(self, request: web.Request, body: dict[str, Any]) -> None:
         card = self._card_name(request)

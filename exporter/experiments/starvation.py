@@ -19,8 +19,8 @@ from typing import Any
 
 import aiohttp
 
-from exporter.bench.engine import check_context, engine_facts, random_prompt, stream_request
-from exporter.bench.stream import Stream, StreamFailed, percentile
+from exporter.experiments.engine import check_context, engine_facts, random_prompt, stream_request
+from exporter.experiments.stream import Stream, StreamFailed, percentile
 
 Progress = Callable[[str], None]
 #: After B's first token, how long to wait for A's next one, which ends A's gap.

@@ -45,8 +45,8 @@ from collections.abc import Awaitable, Callable
 
 from aiohttp import web
 
-from exporter.sim.scheduler import Policy, validate_request
-from exporter.sim.sglang_state import Fault, SimEngine
+from exporter.sim.engine.scheduler import Policy, validate_request
+from exporter.sim.engine.state import Fault, SimEngine
 
 #: Fields /sim/set may change, and whether null (absent family) is allowed.
 SETTABLE: dict[str, bool] = {

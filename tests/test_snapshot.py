@@ -8,7 +8,8 @@ import threading
 
 import pytest
 
-from exporter.sources.base import BlockingRead, SourceError, SourceRunner
+from exporter.snapshot import SourceError, SourceRunner
+from exporter.sources.blocking import BlockingRead
 
 
 class Flaky:

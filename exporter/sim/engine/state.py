@@ -3,7 +3,7 @@
 Two kinds of load add up in what /metrics shows:
 - synthetic: `running` requests that decode at `decode_batches_per_second` (and stop
   during `pause_decode`), `queued`, `token_usage`; set directly by scenarios;
-- scheduled: requests in the scheduler model (`exporter/sim/scheduler.py`), from the
+- scheduled: requests in the scheduler model (`exporter/sim/engine/scheduler.py`), from the
   server's /generate and /v1/completions or from `submit`. Their batches move the
   counters the way SGLang 0.5.23 moves them per batch kind (see `TokenizerMetrics`
   and the scheduler's `Counters`), so a prefill that starves decode shows in the
@@ -25,7 +25,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import StrEnum
 
-from exporter.sim.scheduler import (
+from exporter.sim.engine.scheduler import (
     Batch,
     Listener,
     Phase,

@@ -4,7 +4,7 @@ The layout follows reference/amd-gpu.md Appendix A: `class/drm/cardN` links to
 the PCI device under `devices/`, the GPU endpoint sits behind the on-package
 switch (upstream port two bridges up), hwmon in `device/hwmon/hwmonN`, and a
 binary gpu_metrics v1.3. The tests' fixture tree and the simulated rig both
-come from here; `python -m exporter.sim.amdgpu_sysfs DIR` writes the fixture
+come from here; `python -m exporter.sim.rig.sysfs_writer DIR` writes the fixture
 tree: the rig's two cards and the Ryzen's iGPU.
 
 By default a card looks as a 7900 XTX does on kernel 6.6 and later:

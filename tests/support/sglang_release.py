@@ -1,7 +1,7 @@
 """Play an SGLang release's decode-related metrics through prometheus_client's multiprocess
 files, and serve /metrics the way SGLang does.
 
-What it reproduces, per release (read in the wheels; exporter/engines/stall_signals.py):
+What it reproduces, per release (read in the wheels; exporter/engines/stall/plans.py):
 - four writer processes (tokenizer/HTTP, scheduler TP0 and TP1, detokenizer) writing
   to one PROMETHEUS_MULTIPROC_DIR, as real prometheus_client mmap files. The
   processes are simulated in one process by giving each its own file identity
@@ -36,7 +36,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 from prometheus_client import values as prometheus_values
 from prometheus_client.multiprocess import MultiProcessCollector
 
-from exporter.engines.stall_signals import parse_version
+from exporter.engines.stall.plans import parse_version
 
 MODEL = "Qwen3.8-27B-W4A16"
 ITL_BUCKETS = (0.002, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 1.0, 2.0, 5.0,
@@ -123,7 +123,6 @@ class ReleasePlayback:
         self._prefill_credit = 0.0
         self._decode_batches = 0
         self._prefill_until = -math.inf  # a long prefill under way until then
-        self._paused_until = -math.inf  # the scheduler does nothing until then
         self.hang_until = -math.inf  # /metrics does not answer until then
         self._at_step = self._at
         self._queued_tokens = 0
@@ -156,11 +155,6 @@ class ReleasePlayback:
             self._set_http_active(self._http_active + 1)
         self._prefill_until = self.clock() + seconds
 
-    def pause_scheduler(self, seconds: float) -> None:
-        """The scheduler does nothing at all (starved or wedged)."""
-        self.sync()
-        self._paused_until = self.clock() + seconds
-
     def hang(self, seconds: float) -> None:
         """The HTTP/tokenizer process stops (a blocked event loop): /metrics does not
         answer and streamed tokens wait in its queue; the scheduler decodes on."""
@@ -182,8 +176,6 @@ class ReleasePlayback:
             self._advance(t, dt)
 
     def _advance(self, t: float, dt: float) -> None:
-        if t <= self._paused_until:
-            return
         running = self.streaming + self.non_streaming
         prefilling = t <= self._prefill_until
         if prefilling:

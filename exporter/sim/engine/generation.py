@@ -29,8 +29,8 @@ from dataclasses import dataclass
 
 from aiohttp import web
 
-from exporter.sim.scheduler import Batch, Phase, Request, Scheduler
-from exporter.sim.sglang_state import SimEngine, StreamScript
+from exporter.sim.engine.scheduler import Batch, Phase, Request, Scheduler
+from exporter.sim.engine.state import SimEngine, StreamScript
 
 #: SGLang's SamplingParams default max_new_tokens; OpenAI's default max_tokens.
 GENERATE_DEFAULT_MAX_NEW_TOKENS = 128

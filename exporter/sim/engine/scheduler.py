@@ -3,7 +3,7 @@ and the policies that decide whether a long prefill starves decode.
 
 API (for scenarios, `rigctl bench`, the e2e tests):
 
-    from exporter.sim.scheduler import Policy, Scheduler
+    from exporter.sim.engine.scheduler import Policy, Scheduler
     sched = Scheduler(Policy.named("n=1"), start=0.0)  # Policy(max_consecutive_prefill_batches=1)
     a = sched.submit(65536, max_new_tokens=4000, cached={"device": 65535}, at=0.0)
     b = sched.submit(65536, max_new_tokens=1, at=5.0)  # a fresh 64K prompt
@@ -41,7 +41,7 @@ The mechanics follow SGLang 0.5.23 (read in the wheel, `managers/scheduler.py`):
 
 Timings (`Timings`) are fitted to the owner's measurements in rig-facts.md; each
 field says which. The fit reproduces the starvation table within 10 % (see
-tests/sim/test_scheduler.py and the report of `python -m exporter.sim.scheduler`).
+tests/sim/test_scheduler.py and the report of `python -m exporter.sim.engine.scheduler`).
 """
 
 from __future__ import annotations

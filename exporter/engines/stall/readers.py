@@ -21,15 +21,14 @@ from collections.abc import Awaitable, Callable, Iterable
 from typing import Protocol
 
 from exporter.engines.exposition import Sample, parse
-from exporter.engines.multiproc_files import FileSample, MultiprocDir
 from exporter.engines.normalise import combine_ranks
-from exporter.engines.stall_signals import GENERATION_ENDPOINTS, Counters
-from exporter.sources.base import SourceError
+from exporter.engines.stall.multiproc_files import FileSample, MultiprocDir
+from exporter.engines.stall.plans import GENERATION_ENDPOINTS, Counters
+from exporter.snapshot import SourceError
 
 PREFIXES = ("sglang:", "sglang_")
-#: The engine's render time for this exporter, as a share of wall time (issue #7).
-ENGINE_BUDGET = 0.02
-#: The spacing's target, a little under the budget: the tracker takes a body a
+#: The polls' spacing targets this share of wall time spent rendering for the
+#: exporter, a little under the 2 % the exporter allows the engine: the tracker takes a body a
 #: scrape fetched as its next poll, so scrapes add renders only when they come
 #: faster than the tracker's polls.
 TRACKER_BUDGET = 0.018

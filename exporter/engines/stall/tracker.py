@@ -19,9 +19,9 @@ from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
-from exporter.engines.stall_readers import CounterReader
-from exporter.engines.stall_signals import ProgressView, SignalPlan
-from exporter.sources.base import SourceError
+from exporter.engines.stall.plans import ProgressView, SignalPlan
+from exporter.engines.stall.readers import CounterReader
+from exporter.snapshot import SourceError
 
 log = logging.getLogger(__name__)
 
