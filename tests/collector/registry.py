@@ -5,7 +5,7 @@ from __future__ import annotations
 from prometheus_client import CollectorRegistry
 
 from exporter.collector import RigCollector
-from exporter.sources.base import Snapshot, SourceResult
+from exporter.snapshot import Snapshot, SourceResult
 
 
 def collected(*results: SourceResult) -> CollectorRegistry:

@@ -9,7 +9,7 @@ from exporter.engines.info import EngineInfo
 from exporter.engines.normalise import EngineMetrics, HistogramValue
 from exporter.engines.probe import ProbeReading, ProbeResult
 from exporter.engines.source import EngineReading
-from exporter.engines.stall import StallState
+from exporter.engines.stall.tracker import StallState
 from exporter.streams.histogram import Histogram
 from tests.collector.registry import answered, collected, sample_names
 
