@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -129,3 +131,11 @@ def test_no_probe_family_before_the_first_probe_finishes() -> None:
     registry = collected(answered("probe/main", probe(None)))
     assert not {n for n in sample_names(registry) if n.startswith("rig_probe_")}
     assert registry.get_sample_value("rig_source_up", {"source": "probe/main"}) == 1.0
+
+
+def test_the_stall_maximum_says_the_window_in_force() -> None:
+    compressed = dataclasses.replace(sglang(), stall=StallState(0.0, 2.0, 5.0, window_seconds=6.0))
+    help_text = {f.name: f.documentation for f in collected(
+        answered("engine/main", compressed)).collect()}
+    assert help_text["rig_engine_decode_stall_max_seconds"] == (
+        "Longest decode stall in the last 6 s.")

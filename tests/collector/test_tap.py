@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 from exporter.streams.histogram import Histogram
 from exporter.tap.state import TapReading
 from tests.collector.registry import answered, collected
@@ -45,3 +47,10 @@ def test_an_idle_tap_reads_zeros_it_has_counted() -> None:
                                      {**MAIN, "outcome": "ok"}) == 0.0
     assert registry.get_sample_value("rig_stream_token_gap_seconds_count", MAIN) == 0.0
     assert registry.get_sample_value("rig_stream_max_token_gap_seconds", MAIN) == 0.0
+
+
+def test_the_longest_gap_says_the_window_in_force() -> None:
+    reading = dataclasses.replace(tap_reading(), window_seconds=6.0)
+    help_text = {f.name: f.documentation for f in collected(
+        answered("tap/main", reading)).collect()}
+    assert "in the last 6 s," in help_text["rig_stream_max_token_gap_seconds"]
