@@ -39,6 +39,7 @@ from exporter.rigctl.stack import (
 )
 from exporter.sim.rig.simrig import SimRig
 from exporter.sim.scenarios import SCENARIOS, Expect, Scenario
+from exporter.sim.scenarios.player import play
 from tests.e2e import report
 from tests.e2e.stack import LoopThread
 
@@ -173,12 +174,12 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Run]:
 
         run = Run({name: address for name, (_, address) in exporters.items()}, {})
 
-        async def play(scenario: Scenario) -> None:
+        async def play_one(scenario: Scenario) -> None:
             run.fault_at[scenario.name] = time.monotonic() + (scenario.fault_at or 0) / TIME_SCALE
             await play(rigs[scenario.name], scenario)
 
         async def play_all() -> None:
-            await asyncio.gather(*(play(s) for s in SCENARIO_LIST))
+            await asyncio.gather(*(play_one(s) for s in SCENARIO_LIST))
 
         longest = max(s.seconds for s in SCENARIO_LIST) / TIME_SCALE
         loop.run(play_all(), timeout=longest + 30)
