@@ -73,6 +73,12 @@ def build_sources(config: Config,
     return sources
 
 
+def _predecessor(tap: TapSource, old_taps: list[TapSource]) -> TapSource | None:
+    """The old tap a new one replaces: its engine's, else the one on its port."""
+    return (next((old for old in old_taps if old.name == tap.name), None)
+            or next((old for old in old_taps if old.port == tap.port), None))
+
+
 class Exporter:
     def __init__(self, config: Config, sources: list[Source] | None = None) -> None:
         self.config = config
@@ -125,24 +131,28 @@ class Exporter:
                 isinstance(s, TapSource) and not s.listening)})
             gone = [s for s in self.sources if s not in wanted.values()]
             added = [s for s in wanted.values() if s not in self.sources]
-            replaced = {s.name: s for s in gone if isinstance(s, TapSource)}
-            for source in added:
-                old = replaced.get(source.name)
-                if isinstance(source, TapSource) and old is not None and old.port == source.port:
-                    await old.stop_listening()  # before the new tap binds that port
+            old_taps = [s for s in gone if isinstance(s, TapSource) and s.listening]
+            new_taps = [s for s in added if isinstance(s, TapSource)]
+            for old in old_taps:
+                if any(new.port == old.port for new in new_taps):
+                    await old.stop_listening()  # frees the port the new tap binds
             for source in added:
                 if isinstance(source, Managed):
                     await source.start()
             problems = []
-            for key, source in list(wanted.items()):
-                old = replaced.get(source.name)
-                if (source in added and isinstance(source, TapSource) and old is not None
-                        and not source.listening and (old.listening or await old.listen())):
-                    problems.append(f"tap {old.config.name} stays on "
-                                    f"{old.config.tap_listen_address}: {source.error}")
-                    await source.close()
-                    wanted[key] = old
-                    gone.remove(old)
+            for new in new_taps:
+                old = _predecessor(new, old_taps)
+                if new.listening or old is None or not (old.listening or await old.listen()):
+                    continue
+                # The old tap stays, under its own key: the next reload tries again.
+                problems.append(f"tap {old.config.name} stays on "
+                                f"{old.config.tap_listen_address}: {new.error}")
+                await new.close()
+                old_key = next(k for k, s in self._by_key.items() if s is old)
+                wanted = {(old_key if s is new else k): (old if s is new else s)
+                          for k, s in wanted.items()}
+                gone.remove(old)
+                old_taps.remove(old)
             self.config, self._by_key = config, wanted
             self.sources = list(wanted.values())
             self.runner = SourceRunner(self.sources, config.web.scrape_deadline_seconds)

@@ -3,6 +3,7 @@ with a stream tap in front of a simulated SGLang."""
 
 from __future__ import annotations
 
+import asyncio
 import http.client
 import json
 import signal
@@ -13,8 +14,12 @@ from pathlib import Path
 
 import pytest
 
+from exporter.config import Config, load_config
 from exporter.launch import ExporterProcess, free_port, start_exporter
+from exporter.runtime import Exporter
 from exporter.sim.engine.state import SimEngine, StreamScript
+from exporter.sim.rig.procfs_writer import HostSpec, write_proc
+from tests.engines.helpers import running_sim
 from tests.scrape import parse_samples, value
 from tests.support.process import SimThread, listening_inode, wait_for_log
 
@@ -151,17 +156,67 @@ def test_a_failed_bind_keeps_the_old_tap_and_says_the_reload_was_partial(
         tmp_path: Path, engine_url: str) -> None:
     config, old = tmp_path / "rig.toml", free_port()
     write_config(config, engine_url, old)
-    with socket.socket() as taken, start_exporter(["--config.file", str(config)],
-                                                  tmp_path) as exporter:
+    taken = socket.socket()
+    with start_exporter(["--config.file", str(config)], tmp_path) as exporter:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
+        new = taken.getsockname()[1]
         stream(old, tokens=2)
         socket_before = listening_inode(old)
-        write_config(config, engine_url, taken.getsockname()[1])
+        write_config(config, engine_url, new)
         exporter.popen.send_signal(signal.SIGHUP)
         wait_for_log(exporter, "SIGHUP: config reloaded in part")
+        assert f"tap main stays on 127.0.0.1:{old}" in exporter.log(), exporter.log()
         assert listening_inode(old) == socket_before
         assert tap_up(exporter) == 1 and served_ok(exporter) == 1
         assert len(frames(stream(old, tokens=2))) == 2 + 1
-    log = exporter.log()
-    assert f"tap main stays on 127.0.0.1:{old}" in log, log
+
+        taken.close()  # the port is free: the next SIGHUP moves the tap
+        reload(exporter)
+        assert refused(old)
+        assert len(frames(stream(new, tokens=2))) == 2 + 1
+        assert tap_up(exporter) == 1
+
+
+@pytest.mark.parametrize(("change", "replaced"), [
+    ({}, set()),
+    ({"gpu": {"expected_cards": 1}}, {"gpu"}),
+    ({"host": {"proc_root": "/nonexistent"}}, {"host"}),
+    ({"engine": {"probe_interval_seconds": 120}}, {"engine/main", "probe/main"}),
+    ({"engine": {"tap_listen_address": "new"}}, {"tap/main"}),
+    ({"engine": {"stall_window_seconds": 30}}, {"engine/main", "probe/main", "tap/main"}),
+])
+def test_a_reload_rebuilds_only_the_sources_whose_settings_changed(
+        tmp_path: Path, sysfs_root: Path, change: dict, replaced: set[str]) -> None:
+    """Every kind of source is kept when the settings it is built from are unchanged."""
+    write_proc(tmp_path / "proc", HostSpec())
+
+    def config(url: str, change: dict) -> Config:
+        engine = {"name": "main", "url": url, "probe_interval_seconds": 60,
+                  "tap_listen_address": f"127.0.0.1:{ports['old']}", **change.get("engine", {})}
+        if engine["tap_listen_address"] == "new":
+            engine["tap_listen_address"] = f"127.0.0.1:{ports['new']}"
+        return load_config({
+            "gpu": {"backend": "sysfs", "sysfs_root": str(sysfs_root), **change.get("gpu", {})},
+            "host": {"proc_root": str(tmp_path / "proc"), **change.get("host", {})},
+            "engine": [engine]})
+
+    ports = {"old": free_port(), "new": free_port()}
+
+    async def scenario() -> tuple[dict[str, object], dict[str, object], list[str]]:
+        async with running_sim() as sim:
+            exporter = Exporter(config(sim.url, {}))
+            await exporter.start()
+            try:
+                before = {s.name: s for s in exporter.sources}
+                problems = await exporter.reconfigure(config(sim.url, change))
+                return before, {s.name: s for s in exporter.sources}, problems
+            finally:
+                await exporter.close()
+
+    before, after, problems = asyncio.run(scenario())
+    assert problems == []
+    assert set(after) == set(before) == {"gpu", "host", "engine/main", "probe/main", "tap/main"}
+    assert {name for name in after if after[name] is not before[name]} == replaced
+    # A kept probe reads the session of the engine it belongs to, a new one of the new.
+    assert after["probe/main"].engine is after["engine/main"]

@@ -7,6 +7,8 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import subprocess
+import sys
 import time
 import urllib.request
 from collections.abc import Iterator
@@ -44,14 +46,22 @@ def _scrape(url: str) -> None:
         response.read()
 
 
-@pytest.mark.parametrize("signals", [("SIGTERM",), ("SIGINT",), ("SIGTERM", "SIGTERM"),
-                                     ("SIGTERM", "SIGINT")])
-@pytest.mark.parametrize("blocked_in", ["open", "read"])
+SIGNALS = (("SIGTERM",), ("SIGINT",), ("SIGTERM", "SIGTERM"), ("SIGTERM", "SIGINT"))
+# Every case on uvloop (installed with the `fast` extra), two on asyncio's own loop,
+# whose close joins the default executor's threads.
+STOPS = [(blocked_in, signals, True) for blocked_in in ("open", "read") for signals in SIGNALS]
+STOPS += [("read", ("SIGTERM",), False), ("open", ("SIGINT", "SIGINT"), False)]
+
+
+@pytest.mark.parametrize(("blocked_in", "signals", "uvloop"), STOPS, ids=[
+    f"{b}-{'+'.join(s)}-{'uvloop' if u else 'asyncio'}" for b, s, u in STOPS])
 def test_a_stop_with_a_sysfs_read_blocked_exits_in_time_and_names_the_read(
-        sysfs_root: Path, tmp_path: Path, blocked_in: str, signals: tuple[str, ...]) -> None:
+        sysfs_root: Path, tmp_path: Path, blocked_in: str, signals: tuple[str, ...],
+        uvloop: bool) -> None:
     with blocking_gpu_metrics(sysfs_root, blocked_in) as fifo, start_exporter(
         ["--sysfs.root", str(sysfs_root), "--gpu.backend", "sysfs", "--no-collector.host",
          "--web.scrape-deadline", "0.5", "--health.sample-interval", "0"], tmp_path,
+        uvloop=uvloop,
     ) as exporter:
         _scrape(exporter.url)  # the GPU read is now stuck on the FIFO, past its deadline
         started = time.monotonic()
@@ -86,3 +96,25 @@ def test_a_normal_stop_closes_every_source(tmp_path: Path, sysfs_root: Path) -> 
     assert "stopped: every source closed" in log, log
     for sign_of_a_dirty_stop in ("abandoned", "Unclosed", "Task was destroyed", "Traceback"):
         assert sign_of_a_dirty_stop not in log, log
+
+
+WATCHED_EXIT = """
+import concurrent.futures, logging, sys
+from exporter.stopping import StopWatch
+logging.basicConfig(level="INFO", format="%(message)s")
+pool = concurrent.futures.ThreadPoolExecutor(thread_name_prefix="stuck")
+pool.submit(lambda: open(sys.argv[1]).read())  # blocks: nobody writes the FIFO
+StopWatch(0.5).arm()
+"""
+
+
+def test_the_stop_deadline_ends_an_exit_that_waits_on_a_stuck_pool_thread(
+        tmp_path: Path) -> None:
+    """What Python 3.11 does at exit, joining every thread pool's workers without a
+    timeout, meets the stop's deadline."""
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    child = subprocess.run([sys.executable, "-c", WATCHED_EXIT, str(fifo)], timeout=15,
+                           capture_output=True, text=True)
+    assert child.returncode == 0, child.stderr
+    assert "exiting now, abandoning thread stuck_0" in child.stderr, child.stderr
