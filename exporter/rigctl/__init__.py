@@ -16,7 +16,8 @@ examples:
   rigctl sim --scenario thermal-downclock --time-scale 0.05
 
 `rigctl COMMAND --help` says more about each. One module per subcommand; each
-has `add_parser(commands)` and `run(args, out)`.
+has `add_parser(commands)` and `run(args, out)`. How a command ends (Ctrl-C, a
+closed pipe, a bad flag) is `exporter.command_line`'s, for all of them.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from collections.abc import Sequence
 from typing import TextIO
 
 from exporter import __version__
+from exporter.command_line import run_guarded
 from exporter.rigctl import bench, demo, health, probe, sim
 from exporter.rigctl.common import EXIT_CODES, Parser, help_formatter
 
@@ -47,4 +49,4 @@ def build_parser() -> Parser:
 
 def main(argv: Sequence[str] | None = None, out: TextIO = sys.stdout) -> int:
     args = build_parser().parse_args(argv)
-    return args.run(args, out)
+    return run_guarded(f"rigctl {args.command}", lambda: args.run(args, out), out)
