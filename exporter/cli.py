@@ -155,7 +155,7 @@ def _scalar(text: str) -> Any:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    return run_guarded("rig-exporter", lambda: run(args))
+    return run_guarded("rig-exporter", lambda out: run(args))
 
 
 def run(args: argparse.Namespace) -> int:

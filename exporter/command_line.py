@@ -4,13 +4,14 @@ line on stderr and a documented exit status, never a traceback.
 - A bad flag: argparse's error as one line, without the usage (`OneLineErrors`).
 - Ctrl-C: one line, `PROG: interrupted` or what the command says it undid
   (`Interrupted`), and exit status 130.
-- A closed pipe (`rigctl health --watch 5 | head -1`): no message. A command that
-  had finished its work keeps its own exit status (only its output was cut
-  short); one still at work stops and exits 141, which is 128 + SIGPIPE, what
-  the shell reports for any program a closed pipe ends. stdout then points at
-  /dev/null, so that Python's own flush at exit does not fail again, as
+- A closed pipe (`rigctl health | head -1`): no message. A command that ends by
+  itself keeps its own exit status: what it could not print is dropped
+  (`ReaderOut`). One that runs until stopped (`--watch`, the demo, the simulated
+  rig) stops at its next flush and exits 141, which is 128 + SIGPIPE, what the
+  shell reports for any program a closed pipe ends; `Say` lets it notice from
+  any task. stdout then points at /dev/null, so that Python's own flush at exit
+  does not fail again, as
   https://docs.python.org/3/library/signal.html#note-on-sigpipe recommends.
-  `Say` lets a long-running command notice the closed pipe from any task.
 """
 
 from __future__ import annotations
@@ -21,16 +22,16 @@ import os
 import signal
 import sys
 from collections.abc import Callable
-from typing import NoReturn, TextIO
+from typing import NoReturn, TextIO, cast
 
 EXIT_INTERRUPTED = 128 + signal.SIGINT
 EXIT_CLOSED_PIPE = 128 + signal.SIGPIPE
 
 # Rows of the exit status table in each program's --help (indented by two).
 INTERRUPTED_HELP = f"{EXIT_INTERRUPTED}  interrupted (Ctrl-C), after one line on stderr"
-CLOSED_PIPE_HELP = (f"{EXIT_CLOSED_PIPE}  the reader closed the pipe while output was still"
-                    " to come (| head -1),\n       quietly; a command that had finished"
-                    " keeps its own status")
+CLOSED_PIPE_HELP = (f"{EXIT_CLOSED_PIPE}  its reader closed the pipe (| head -1) while it ran"
+                    " until stopped\n       (--watch, demo, sim): it stops quietly; a command"
+                    " that ends by\n       itself keeps its own status")
 
 
 class Interrupted(KeyboardInterrupt):
@@ -46,12 +47,12 @@ class OneLineErrors(argparse.ArgumentParser):
         self.exit(self.usage_status, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
 
-def run_guarded(prog: str, work: Callable[[], int], out: TextIO | None = None) -> int:
-    """Run `work` (a command's body, returning its exit status) and end as the
-    module docstring says. `out` is where the command writes (default stdout)."""
-    out = out or sys.stdout
+def run_guarded(prog: str, work: Callable[[TextIO], int], out: TextIO | None = None) -> int:
+    """Run `work` (a command's body: given where to write, it returns its exit
+    status) and end as the module docstring says. `out` defaults to stdout."""
+    reader = ReaderOut(out or sys.stdout)
     try:
-        status = work()
+        status = work(cast(TextIO, reader))
     except BrokenPipeError:
         _discard_stdout()
         return EXIT_CLOSED_PIPE
@@ -59,11 +60,45 @@ def run_guarded(prog: str, work: Callable[[], int], out: TextIO | None = None) -
         line = str(interrupt) if isinstance(interrupt, Interrupted) else f"{prog}: interrupted"
         print(line, file=sys.stderr, flush=True)
         return EXIT_INTERRUPTED
-    try:
-        out.flush()  # here, not at exit: a closed pipe surfaces inside the guard
-    except BrokenPipeError:
-        _discard_stdout()
+    with contextlib.suppress(BrokenPipeError):
+        reader.flush()  # here, not at exit: a closed pipe surfaces inside the guard
     return status
+
+
+class ReaderOut:
+    """What a command writes to: `stream`, until its reader closes the pipe. From
+    then on writes are dropped and every flush raises BrokenPipeError, so that a
+    command that ends by itself finishes, and one that flushes as it goes (a
+    long-running one) stops."""
+
+    def __init__(self, stream: TextIO) -> None:
+        self.stream = stream
+        self.reader_gone = False
+
+    def write(self, text: str) -> int:
+        if not self.reader_gone:
+            try:
+                return self.stream.write(text)
+            except BrokenPipeError:
+                self._gone()
+        return len(text)
+
+    def flush(self) -> None:
+        if not self.reader_gone:
+            try:
+                self.stream.flush()
+                return
+            except BrokenPipeError:
+                self._gone()
+        raise BrokenPipeError("the reader closed the pipe")
+
+    def isatty(self) -> bool:
+        return self.stream.isatty()
+
+    def _gone(self) -> None:
+        self.reader_gone = True
+        if self.stream is sys.stdout:
+            _discard_stdout()
 
 
 def _discard_stdout() -> None:

@@ -49,4 +49,4 @@ def build_parser() -> Parser:
 
 def main(argv: Sequence[str] | None = None, out: TextIO = sys.stdout) -> int:
     args = build_parser().parse_args(argv)
-    return run_guarded(f"rigctl {args.command}", lambda: args.run(args, out), out)
+    return run_guarded(f"rigctl {args.command}", lambda out: args.run(args, out), out)

@@ -43,7 +43,7 @@ from exporter.rigctl.stack import (
     wait_exporter,
 )
 from exporter.sim.rig import SimRig
-from exporter.sim.scenarios import SCENARIOS, Scenario
+from exporter.sim.scenarios import SCENARIOS, Expect, Scenario
 
 # The healthy rig, then the four failures the project exists to show.
 TOUR = ("healthy", "prefill-starves-decode", "thermal-downclock", "hicache-thrash",
@@ -153,6 +153,9 @@ class Demo:
         self.alert_states: dict[tuple[tuple[str, str], ...], str] = {}
         # Alerts notified as firing and not yet as resolved.
         self.unresolved: set[frozenset[tuple[str, str]]] = set()
+        # The label sets seen firing since the scenario playing now began; None
+        # without Prometheus.
+        self.fired: list[dict[str, str]] | None = None
 
     def say(self, line: str) -> None:
         """One line, after the rig's clock (h:mm:ss of its life so far)."""
@@ -185,6 +188,7 @@ class Demo:
                 monitoring.write_targets([("demo", address)])
                 processes += [p for p in (monitoring.prometheus, monitoring.alertmanager) if p]
                 watcher = asyncio.create_task(self._watch_alerts(monitoring))
+                self.fired = []
             else:
                 if self.want_monitoring:
                     self.say("Prometheus or Alertmanager is not installed (./setup.sh installs"
@@ -214,7 +218,14 @@ class Demo:
         expected = ", ".join(_name({"alertname": e.alert, **e.labels})
                              for e in scenario.expects)
         self.say(f"== {scenario.name}: expect {expected or 'no alert'}")
+        if self.fired is not None:
+            self.fired.clear()
         await rig.play(scenario, stop_at=played_seconds(scenario))
+        # A stall outlasts its scenario (stalls compress less than the rest), and
+        # so may its alert: the next scenario waits for it, within bounds.
+        if self.fired is not None and scenario.expects:
+            await self._wait_while(lambda: not all(self._fired(e) for e in scenario.expects),
+                                   SETTLE_SECONDS)
         if not scenario.expects:
             active = ", ".join(_name(labels) for labels in self._paging())
             self.say(f"   {scenario.name}: " + (f"active: {active}" if active else
@@ -234,6 +245,10 @@ class Demo:
                  f" {47 / self.stall_scale:.1f} s, {47 * self.speed / self.stall_scale:.0f} s"
                  f" on the rig's clock); Ctrl-C stops")
 
+    def _fired(self, expect: Expect) -> bool:
+        return any(labels.get("alertname") == expect.alert and expect.labels.items()
+                   <= labels.items() for labels in self.fired or ())
+
     def _paging(self) -> list[dict[str, str]]:
         """Active alerts that notify someone (info alerts go nowhere)."""
         return [dict(k) for k in self.alert_states if dict(k).get("severity") != "info"]
@@ -243,11 +258,13 @@ class Demo:
         their resolutions (at its next group_interval)."""
         if self._paging() or self.unresolved:
             self.say("waiting for the last alerts to resolve")
-        deadline = time.monotonic() + SETTLE_SECONDS
-        while self._paging() and time.monotonic() < deadline:
-            await asyncio.sleep(WATCH_SECONDS)
-        deadline = time.monotonic() + NOTIFY_SECONDS
-        while self.unresolved and time.monotonic() < deadline:
+        await self._wait_while(self._paging, SETTLE_SECONDS)
+        await self._wait_while(lambda: self.unresolved, NOTIFY_SECONDS)
+
+    @staticmethod
+    async def _wait_while(condition: Callable[[], object], seconds: float) -> None:
+        deadline = time.monotonic() + seconds
+        while condition() and time.monotonic() < deadline:
             await asyncio.sleep(WATCH_SECONDS)
 
     async def _warm_up(self, monitoring: Monitoring | None) -> None:
@@ -276,6 +293,8 @@ class Demo:
                 now[key] = alert["state"]
                 if self.alert_states.get(key) != alert["state"]:
                     self.say(f"{alert['state'].upper():8} {_name(labels)}")
+                    if alert["state"] == "firing" and self.fired is not None:
+                        self.fired.append(labels)
             for key in self.alert_states.keys() - now.keys():
                 self.say(f"RESOLVED {_name(dict(key))}")
             self.alert_states = now

@@ -115,7 +115,7 @@ async def run_rig(args: argparse.Namespace, out: TextIO) -> int:
 def main(argv: Sequence[str] | None = None, out: TextIO = sys.stdout) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    return run_guarded(parser.prog, lambda: run(args, out), out)
+    return run_guarded(parser.prog, lambda out: run(args, out), out)
 
 
 def run(args: argparse.Namespace, out: TextIO) -> int:

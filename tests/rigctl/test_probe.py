@@ -18,7 +18,7 @@ from exporter.sim.sglang_state import SimEngine, StreamScript
 from tests.engines.helpers import running_sim
 from tests.scrape import free_port
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 
 
 def probe_sim(script: StreamScript, timeout: float = 10.0) -> tuple[str, object]:

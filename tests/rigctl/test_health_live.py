@@ -29,7 +29,7 @@ from exporter.sim.sglang_state import SimEngine
 from tests.health.rig import validate
 from tests.scrape import free_port, get
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 ENV = {**os.environ, "PYTHONPATH": str(REPO)}
 MIB = 1024 * 1024
 
