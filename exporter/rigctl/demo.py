@@ -23,12 +23,13 @@ import argparse
 import asyncio
 import contextlib
 import json
+import logging
 import shutil
 import sys
 import tempfile
 import time
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TextIO
 
@@ -98,7 +99,8 @@ def run(args: argparse.Namespace, out: TextIO) -> int:
         return EXIT_OK
     demo = Demo([SCENARIOS[n] for n in names], args.speed, not args.no_monitoring, out)
     try:
-        asyncio.run(demo.main())
+        with _server_errors_logged_to(demo.directory / "servers.log"):
+            asyncio.run(demo.main())
     except KeyboardInterrupt:
         raise Interrupted("rigctl demo: stopped by Ctrl-C; everything it started is "
                           "gone") from None
@@ -107,6 +109,23 @@ def run(args: argparse.Namespace, out: TextIO) -> int:
             raise
     demo.say_line.raise_if_closed()  # its reader went away: the tour was cut short
     return EXIT_OK
+
+
+@contextlib.contextmanager
+def _server_errors_logged_to(path: Path) -> Iterator[None]:
+    """The simulated engine and the webhook receiver serve in this process: a
+    client that goes at the stop makes aiohttp log a traceback, which belongs
+    in a file beside the other processes' logs, not in the story."""
+    logger = logging.getLogger("aiohttp")
+    handler = logging.FileHandler(path)
+    logger.addHandler(handler)
+    logger.propagate = False
+    try:
+        yield
+    finally:
+        logger.removeHandler(handler)
+        logger.propagate = True
+        handler.close()
 
 
 def played_seconds(scenario: Scenario) -> float:

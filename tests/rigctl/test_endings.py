@@ -137,11 +137,13 @@ def test_ctrl_c_ends_health_watch_with_130(critical_exporter: str) -> None:
 
 def test_ctrl_c_ends_probe_with_130() -> None:
     with socket.create_server(("127.0.0.1", 0)) as silent:  # accepts, never answers
+        silent.settimeout(60)
         url = f"http://127.0.0.1:{silent.getsockname()[1]}"
         with started(f"{RIGCTL} probe --engine {url} --timeout 60") as process:
-            time.sleep(1.5)  # under way: connected, waiting for the answer
-            os.killpg(process.pid, signal.SIGINT)
-            out, err = process.communicate(timeout=60)
+            connection, _ = silent.accept()  # the probe is under way
+            with connection:
+                os.killpg(process.pid, signal.SIGINT)
+                out, err = process.communicate(timeout=60)
     ended = Ended(process.returncode, out, err)
     assert_one_line_at_most(ended)
     assert ended.status == EXIT_INTERRUPTED and ended.err == "rigctl probe: interrupted\n"
