@@ -15,13 +15,14 @@ length or a per-second rate (`Alert.value_kind`) has its expression's result
 brought back to the rig's time, so that a 47 s stall pages as about 47 s and not
 as the 23.6 s it lasted at a stall scale of 2.
 
-Not scaled here: the exporter's own 60 s look-back of
-rig_engine_decode_stall_max_seconds. An exporter judged by a scaled copy should
-compress it too (`[[engine]] stall_window_seconds`, as `SimRig.exporter_args(
-compress_stall_window=True)` sets for the end-to-end tests and the demo), or one
-stall stays visible for more (scaled) minutes than it would.
+Scaled in the rules only: the look-back of the exporter's longest-stall gauge
+(decode_stall_window_seconds), where it lands in their ranges. An exporter judged
+by a scaled copy should compress its own too (`[[engine]] stall_window_seconds`,
+as `SimRig.exporter_args(compress_stall_window=True)` sets for the end-to-end
+tests and the demo), or one stall stays visible for more (scaled) minutes than
+it would.
 
-    python -m alerts.generate --time-scale 10 --output /tmp/rig-rules-x10.yaml
+    python -m alerts.generate --time-scale 10 --out /tmp/rig-rules-x10.yaml
 """
 
 from __future__ import annotations

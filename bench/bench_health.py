@@ -45,7 +45,7 @@ def timed(urls: list[str], requests: int) -> dict[str, list[float]]:
 def over_http(requests: int) -> None:
     sim_port, port = free_port(), free_port()
     sim_url, url = f"http://127.0.0.1:{sim_port}", f"http://127.0.0.1:{port}"
-    sim = subprocess.Popen([sys.executable, "-m", "exporter.sim.sglang_server", "--port",
+    sim = subprocess.Popen([sys.executable, "-m", "exporter.sim.engine.server", "--port",
                             str(sim_port)], cwd=REPO, stdout=subprocess.DEVNULL,
                            stderr=subprocess.DEVNULL)
     # No stall tracker and no sampler: every engine read below is a request's own.

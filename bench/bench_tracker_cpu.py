@@ -55,7 +55,7 @@ def main() -> None:
     parser.add_argument("--dp-size", type=int, default=5)
     args = parser.parse_args()
     port = free_port()
-    server = subprocess.Popen([sys.executable, "-m", "exporter.sim.sglang_server",
+    server = subprocess.Popen([sys.executable, "-m", "exporter.sim.engine.server",
                                "--port", str(port), "--dp-size", str(args.dp_size)], cwd=ROOT)
     try:
         url = f"http://127.0.0.1:{port}"

@@ -37,7 +37,7 @@ def start_sim_engine(dp_size: int = 3) -> tuple[subprocess.Popen, str]:
     """The simulated SGLang (TP=2) in a child process; dp_size 3 serves ~3,000 lines."""
     port = free_port()
     process = subprocess.Popen(
-        [sys.executable, "-m", "exporter.sim.sglang_server", "--port", str(port),
+        [sys.executable, "-m", "exporter.sim.engine.server", "--port", str(port),
          "--dp-size", str(dp_size)], cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     url = f"http://127.0.0.1:{port}"
     wait_ready(url + "/metrics", process)

@@ -22,7 +22,7 @@ from exporter.engines.probe import ProbeSource
 from exporter.engines.source import EngineSource
 from exporter.health.monitor import HealthMonitor
 from exporter.health.report import Report
-from exporter.sources.base import Snapshot, Source, SourceRunner
+from exporter.snapshot import Snapshot, Source, SourceRunner
 from exporter.sources.gpu import GpuSource
 from exporter.sources.host import HostSource
 from exporter.tap.source import TapSource

@@ -14,15 +14,15 @@ import pytest
 
 from exporter.config import load_config
 from exporter.runtime import Exporter
-from exporter.sim.amdgpu_sysfs import remove_card
-from exporter.sim.procfs import HostSpec, write_proc
-from exporter.sources.base import SourceError
+from exporter.sim.rig.procfs_writer import HostSpec, write_proc
+from exporter.sim.rig.sysfs_writer import remove_card
+from exporter.snapshot import SourceError
 from tests.conftest import SYSFS_FIXTURE, card_device, hwmon_dir
 from tests.scrape import free_port, get, names, parse_samples, serving, value
 
 REPO = Path(__file__).resolve().parent.parent
 
-# Every GPU family of DESIGN §2 that a 7900 XTX on kernel 6.6+ fills (counters by their
+# Every GPU family of docs/metrics.md that a 7900 XTX on kernel 6.6+ fills (counters by their
 # sample name; rig_gpu_energy_joules_total needs firmware that fills the accumulator).
 GPU_FAMILIES = {
     "rig_gpu_present", "rig_gpu_info", "rig_gpu_expected_cards", "rig_gpu_temperature_celsius",

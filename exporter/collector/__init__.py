@@ -15,7 +15,7 @@ from prometheus_client.registry import Collector
 from exporter.collector import engine, gpu, host, tap  # noqa: F401  (registers their readings)
 from exporter.collector.families import families
 from exporter.collector.rig import rig_families
-from exporter.sources.base import Snapshot
+from exporter.snapshot import Snapshot
 
 
 class RigCollector(Collector):

@@ -8,7 +8,7 @@ from prometheus_client.metrics_core import Metric
 
 from exporter import __version__
 from exporter.collector.families import gauge
-from exporter.sources.base import Snapshot
+from exporter.snapshot import Snapshot
 
 
 def rig_families(snapshot: Snapshot) -> Iterator[Metric]:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import aiohttp
 
-from exporter.sources.base import SourceError
+from exporter.snapshot import SourceError
 
 # A 3,000-line exposition is about 400 kB (the 1,121-line fixture is 149 kB); 8 MiB
 # leaves room for any real engine and stops a runaway body early.

@@ -27,7 +27,7 @@ from exporter.health.history import History
 from exporter.health.host import host_signals, source_signals
 from exporter.health.report import SEVERITY_STATUS, Check, Report, Signal, Status, worst_first
 from exporter.health.view import Context, RigView, history_values, seconds
-from exporter.sources.base import Snapshot
+from exporter.snapshot import Snapshot
 from exporter.thresholds import Thresholds
 
 SIGNALS = (engine_signals, hicache_signals, gpu_signals, host_signals, source_signals)

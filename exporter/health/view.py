@@ -11,7 +11,7 @@ from exporter.engines.probe import ProbeReading
 from exporter.engines.source import EngineReading
 from exporter.health.history import History
 from exporter.health.report import Signal, Stage
-from exporter.sources.base import Snapshot, SourceResult
+from exporter.snapshot import Snapshot, SourceResult
 from exporter.sources.gpu import GpuReading
 from exporter.sources.host import HostReading
 from exporter.tap.state import TapReading

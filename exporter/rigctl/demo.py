@@ -43,8 +43,9 @@ from exporter.rigctl.stack import (
     start_exporter,
     wait_exporter,
 )
-from exporter.sim.rig import SimRig
+from exporter.sim.rig.simrig import SimRig
 from exporter.sim.scenarios import SCENARIOS, Expect, Scenario
+from exporter.sim.scenarios.player import play
 
 # The healthy rig, then the four failures the project exists to show.
 TOUR = ("healthy", "prefill-starves-decode", "thermal-downclock", "hicache-thrash",
@@ -239,7 +240,7 @@ class Demo:
         self.say(f"== {scenario.name}: expect {expected or 'no alert'}")
         if self.fired is not None:
             self.fired.clear()
-        await rig.play(scenario, stop_at=played_seconds(scenario))
+        await play(rig, scenario, stop_at=played_seconds(scenario))
         # A stall outlasts its scenario (stalls compress less than the rest), and
         # so may its alert: the next scenario waits for it, within bounds.
         if self.fired is not None and scenario.expects:

@@ -27,9 +27,9 @@ from collections.abc import Sequence
 from typing import TextIO
 
 from exporter.command_line import Say, run_guarded
-from exporter.sim.rig import SimRig
-from exporter.sim.rig_control import RigControl
-from exporter.sim.rig_control import __doc__ as CONTROL_DOC
+from exporter.sim.rig.control import RigControl
+from exporter.sim.rig.control import __doc__ as CONTROL_DOC
+from exporter.sim.rig.simrig import SimRig
 from exporter.sim.scenarios import SCENARIOS
 
 

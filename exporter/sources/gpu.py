@@ -1,6 +1,6 @@
 """The GPU source: amdgpu sysfs first, pyrsmi where ROCm loads.
 
-sysfs carries everything a 7900 XTX exposes (reference/amd-gpu.md §6); pyrsmi
+sysfs carries everything a 7900 XTX exposes (docs/facts/amdgpu.md); pyrsmi
 has no temperature, clock or throttle calls, so it only ever overlays
 utilisation, VRAM, power and fan on the sysfs reading.
 """
@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from exporter.sources.amdgpu_sysfs import AmdgpuSysfs, CardReading
-from exporter.sources.base import BlockingRead
+from exporter.sources.blocking import BlockingRead
 from exporter.sources.pyrsmi_overlay import PyrsmiOverlay, load_rocml
 
 log = logging.getLogger(__name__)

@@ -12,7 +12,7 @@ import logging
 from aiohttp import web
 
 from exporter.config import EngineConfig
-from exporter.sources.base import SourceError
+from exporter.snapshot import SourceError
 from exporter.tap.proxy import TapProxy
 from exporter.tap.state import TapReading, TapState
 
@@ -23,7 +23,7 @@ class TapSource:
     def __init__(self, config: EngineConfig, state: TapState | None = None) -> None:
         self.config = config
         self.name = f"tap/{config.name}"
-        self.state = state or TapState()
+        self.state = state or TapState(window_seconds=config.stall_window_seconds)
         self.proxy = TapProxy(config.url, self.state)
         self._runner: web.AppRunner | None = None
         self._error: str | None = "not started"

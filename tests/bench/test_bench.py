@@ -15,14 +15,14 @@ from pathlib import Path
 import pytest
 from aiohttp.test_utils import TestServer
 
-from exporter.bench.starvation import StarvationSettings, run_starvation
-from exporter.bench.sweep import SweepSettings, run_sweep
-from exporter.sim.scheduler import Timings
+from exporter.experiments.starvation import StarvationSettings, run_starvation
+from exporter.experiments.sweep import SweepSettings, run_sweep
+from exporter.sim.engine.scheduler import Timings
 from tests.bench.standin import B_TTFT, PAUSE, StandIn
 from tests.scrape import free_port
 
 REPO = Path(__file__).resolve().parents[2]
-# rig-facts.md, "Decode starvation": A's longest gap and B's TTFT, in seconds.
+# docs/facts/rig.md#decode-starvation: A's longest gap and B's TTFT, in seconds.
 OWNER_TABLE = {"default": (47.23, 49.43), "n=1": (4.04, 49.48), "n=4": (13.80, 49.37),
                "mixed-chunk": (3.997, 48.91)}
 TIME_SCALE = 10  # simulated seconds per real second
@@ -70,7 +70,7 @@ def real_time_sim_engine():
 def _sim_engine(time_scale: float):
     port = free_port()
     process = subprocess.Popen(
-        [sys.executable, "-m", "exporter.sim.sglang_server", "--port", str(port),
+        [sys.executable, "-m", "exporter.sim.engine.server", "--port", str(port),
          "--running", "0", "--time-scale", str(time_scale)],
         cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     url = f"http://127.0.0.1:{port}"

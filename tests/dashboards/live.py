@@ -1,7 +1,7 @@
 """A live stack for the dashboard queries: the simulated rig, the real exporter and
 the real Prometheus, all on loopback, all torn down on exit.
 
-- The simulated SGLang server (exporter/sim/sglang_server.py) runs in a thread with
+- The simulated SGLang server (exporter/sim/engine/server.py) runs in a thread with
   its own event loop; a ticker moves its counters (prompt tokens, cache hits per
   tier, HiCache movement, L3, retractions) so that rates are not flat.
 - The two-card amdgpu sysfs tree and the /proc files come from exporter/sim.
@@ -30,10 +30,10 @@ from typing import Any
 import aiohttp
 
 from alerts.generate import RULES_PATH
-from exporter.sim.amdgpu_sysfs import write_rig
-from exporter.sim.procfs import HostSpec, write_cpu_hwmon, write_proc
-from exporter.sim.sglang_server import Block, SimServer
-from exporter.sim.sglang_state import SimEngine
+from exporter.sim.engine.server import Block, SimServer
+from exporter.sim.engine.state import SimEngine
+from exporter.sim.rig.procfs_writer import HostSpec, write_cpu_hwmon, write_proc
+from exporter.sim.rig.sysfs_writer import write_rig
 from tests.scrape import free_port
 
 SCRAPE_SECONDS = 1
@@ -124,7 +124,8 @@ class SimThread:
         while True:
             advance(self.server.state, 0.5)
             # Streamed tokens (the ITL histogram) move only while decode does: the
-            # stall tracker reads them as decode progress (issue #7).
+            # stall tracker reads them as decode progress
+            # (docs/stall-tracker.md#signals-by-release).
             decoded, batches = batches, self.server.state.decode_batches()
             if batches != decoded:
                 observe(self.server.blocks, 20, 0.5)

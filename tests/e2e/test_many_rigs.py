@@ -22,7 +22,7 @@ from exporter.rigctl.stack import (
     wait_exporter,
     wait_ready,
 )
-from exporter.sim.rig import SimRig
+from exporter.sim.rig.simrig import SimRig
 from tests.e2e.stack import LoopThread
 
 TIME_SCALE = 10.0

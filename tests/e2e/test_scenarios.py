@@ -37,7 +37,7 @@ from exporter.rigctl.stack import (
     start_exporter,
     wait_exporter,
 )
-from exporter.sim.rig import SimRig
+from exporter.sim.rig.simrig import SimRig
 from exporter.sim.scenarios import SCENARIOS, Expect, Scenario
 from tests.e2e import report
 from tests.e2e.stack import LoopThread
@@ -175,7 +175,7 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Run]:
 
         async def play(scenario: Scenario) -> None:
             run.fault_at[scenario.name] = time.monotonic() + (scenario.fault_at or 0) / TIME_SCALE
-            await rigs[scenario.name].play(scenario)
+            await play(rigs[scenario.name], scenario)
 
         async def play_all() -> None:
             await asyncio.gather(*(play(s) for s in SCENARIO_LIST))

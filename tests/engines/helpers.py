@@ -10,8 +10,8 @@ from pathlib import Path
 from prometheus_client.parser import text_string_to_metric_families
 
 from exporter.config import EngineConfig
-from exporter.sim.sglang_server import SimServer
-from exporter.sim.sglang_state import SimEngine
+from exporter.sim.engine.server import SimServer
+from exporter.sim.engine.state import SimEngine
 
 FIXTURES = Path(__file__).parent.parent / "fixtures" / "engine"
 SGLANG_SINGLE = FIXTURES / "sglang-0.5.23-metrics.txt"

@@ -14,10 +14,10 @@ from dataclasses import dataclass
 import aiohttp
 
 from exporter.engines.fetch import get_text
-from exporter.engines.stall import StallPoller, StallState
-from exporter.engines.stall_readers import MetricsBody, MetricsReader, MultiprocReader
-from exporter.engines.stall_signals import plan_for
-from exporter.sim.sglang_release import ReleasePlayback, ReleaseServer
+from exporter.engines.stall.plans import plan_for
+from exporter.engines.stall.readers import MetricsBody, MetricsReader, MultiprocReader
+from exporter.engines.stall.tracker import StallPoller, StallState
+from tests.support.sglang_release import ReleasePlayback, ReleaseServer
 
 TICK = 0.25
 MODES = ("files", "metrics")

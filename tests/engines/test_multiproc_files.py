@@ -9,9 +9,9 @@ import os
 import pytest
 
 from exporter.config import ConfigError, load_config
-from exporter.engines.stall_readers import MultiprocReader
-from exporter.sim.sglang_release import ReleasePlayback
+from exporter.engines.stall.readers import MultiprocReader
 from tests.engines.release_timeline import SimClock
+from tests.support.sglang_release import ReleasePlayback
 
 
 def read(reader: MultiprocReader):

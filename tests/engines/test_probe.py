@@ -12,7 +12,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from exporter.config import Config, GpuConfig, HostConfig
 from exporter.engines.probe import ProbeBusy, StreamProbe, probe_prompt
 from exporter.runtime import Exporter
-from exporter.sim.sglang_state import SimEngine, StreamScript
+from exporter.sim.engine.state import SimEngine, StreamScript
 from tests.engines.helpers import engine_config, running_sim
 
 GAPS = [0.05, 0.3, 0.1, 0.6, 0.02, 0.02, 0.02]  # before frames 2..8

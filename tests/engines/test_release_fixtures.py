@@ -11,8 +11,8 @@ import pytest
 from exporter.engines.exposition import parse
 from exporter.engines.mapping import SGLANG
 from exporter.engines.normalise import normalise, wanted_names
-from exporter.engines.stall_readers import MetricsBody, MetricsReader
-from exporter.engines.stall_signals import ProgressView, plan_for
+from exporter.engines.stall.plans import ProgressView, plan_for
+from exporter.engines.stall.readers import MetricsBody, MetricsReader
 
 RELEASES = Path(__file__).parent.parent / "fixtures" / "engine" / "releases"
 

@@ -13,9 +13,9 @@ from prometheus_client.parser import text_string_to_metric_families
 from exporter.config import Config, GpuConfig, HostConfig
 from exporter.engines.source import EngineSource
 from exporter.runtime import Exporter
-from exporter.sim.sglang_server import load_template, render_metrics
-from exporter.sim.sglang_state import Fault, SimEngine
-from exporter.sources.base import SourceRunner
+from exporter.sim.engine.server import load_template, render_metrics
+from exporter.sim.engine.state import Fault, SimEngine
+from exporter.snapshot import SourceRunner
 from tests.engines.helpers import engine_config, running_sim
 
 HEALTHY = dict(queued=1, token_usage=0.9, hicache_host_used_tokens=318900,

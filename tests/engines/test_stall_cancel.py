@@ -1,6 +1,6 @@
-"""Stopping: a cancellation that lands as a read completes must end the task (issue #7
-problem 6: on Python 3.11 asyncio.wait_for could swallow it, and the exporter kept
-polling the engine for minutes after Ctrl-C)."""
+"""Stopping: a cancellation that lands as a read completes must end the task. On
+Python 3.11 asyncio.wait_for could swallow it (CPython gh-86296), and the exporter kept
+polling the engine for minutes after Ctrl-C (docs/stall-tracker.md#stopping)."""
 
 from __future__ import annotations
 
@@ -10,12 +10,12 @@ import random
 import pytest
 
 from exporter.config import Config, GpuConfig, HostConfig
-from exporter.engines.stall import StallPoller
-from exporter.engines.stall_signals import Counters, plan_for
+from exporter.engines.stall.plans import Counters, plan_for
+from exporter.engines.stall.tracker import StallPoller
 from exporter.runtime import Exporter
-from exporter.sim.sglang_release import ReleasePlayback, ReleaseServer
-from exporter.sources.base import read_source
+from exporter.snapshot import read_source
 from tests.engines.helpers import engine_config
+from tests.support.sglang_release import ReleasePlayback, ReleaseServer
 
 
 class HeldReader:

@@ -9,12 +9,12 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from exporter.config import Config, GpuConfig, HostConfig
-from exporter.engines.stall import DecodeStallTracker
-from exporter.engines.stall_readers import TRACKER_BUDGET, RenderPacer
-from exporter.engines.stall_signals import plan_for
+from exporter.engines.stall.plans import plan_for
+from exporter.engines.stall.readers import TRACKER_BUDGET, RenderPacer
+from exporter.engines.stall.tracker import DecodeStallTracker
 from exporter.runtime import Exporter
-from exporter.sim.sglang_release import ReleasePlayback, ReleaseServer
 from tests.engines.helpers import engine_config
+from tests.support.sglang_release import ReleasePlayback, ReleaseServer
 
 
 def run_exporter(version: str, seconds: float, files: bool) -> tuple[dict, int]:

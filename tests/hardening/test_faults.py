@@ -11,9 +11,9 @@ from aiohttp import web
 
 from exporter.config import load_config
 from exporter.runtime import Exporter
-from exporter.sim.amdgpu_sysfs import RIG_CARDS, remove_card, write_card
-from exporter.sim.procfs import HostSpec, write_proc
-from exporter.sim.sglang_state import SimEngine
+from exporter.sim.engine.state import SimEngine
+from exporter.sim.rig.procfs_writer import HostSpec, write_proc
+from exporter.sim.rig.sysfs_writer import RIG_CARDS, remove_card, write_card
 from tests.engines.helpers import running_sim
 from tests.scrape import parse_samples, serving, value
 

@@ -11,8 +11,8 @@ import time
 import urllib.request
 from pathlib import Path
 
-from exporter.sim.sglang_server import SimServer
-from exporter.sim.sglang_state import Fault, SimEngine
+from exporter.sim.engine.server import SimServer
+from exporter.sim.engine.state import Fault, SimEngine
 from tests.conftest import SYSFS_FIXTURE
 from tests.exporter_process import exporter_process, wait_until_serving
 from tests.scrape import free_port, parse_samples, value

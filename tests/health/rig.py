@@ -13,11 +13,11 @@ from exporter.config import EngineConfig
 from exporter.engines.normalise import EngineMetrics
 from exporter.engines.probe import ProbeReading, ProbeResult
 from exporter.engines.source import EngineReading
-from exporter.engines.stall import StallState
+from exporter.engines.stall.tracker import StallState
 from exporter.health.monitor import HealthMonitor
 from exporter.health.report import Check, Report
+from exporter.snapshot import Snapshot, SourceResult
 from exporter.sources.amdgpu_sysfs import CardReading, PcieLink
-from exporter.sources.base import Snapshot, SourceResult
 from exporter.sources.gpu import GpuReading
 from exporter.sources.host import HostReading
 from exporter.thresholds import Thresholds
@@ -54,7 +54,7 @@ def card(name: str = "card1", **changes: object) -> CardReading:
 
 
 def host(**changes: object) -> HostReading:
-    """rig-facts: 64 GB, 19 GiB available, 62 MiB of swap, no swap traffic."""
+    """docs/facts/rig.md#kv-capacity: 64 GB, 19 GiB available, 62 MiB of swap, no swap traffic."""
     base = HostReading(
         memory_total_bytes=64 * GIB, memory_available_bytes=19 * GIB,
         swap_total_bytes=8 * GIB, swap_used_bytes=62 * 1024**2,

@@ -13,7 +13,7 @@ from dashboards.generate import main as dashboards_main
 from exporter.config import load_config, read_config_file
 from exporter.health.report import Status
 from exporter.runtime import Exporter
-from exporter.sim.procfs import HostSpec, write_proc
+from exporter.sim.rig.procfs_writer import HostSpec, write_proc
 from exporter.sources.host import HostReading
 from exporter.thresholds import Thresholds, thresholds_from_config
 from tests.conftest import SYSFS_FIXTURE

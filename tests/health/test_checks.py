@@ -320,7 +320,7 @@ def test_a_tap_gap_counts_as_starvation() -> None:
 
     class TapRig(Rig):
         def snapshot(self):
-            from exporter.sources.base import Snapshot, SourceResult
+            from exporter.snapshot import Snapshot, SourceResult
             base = super().snapshot()
             tap = TapReading("sglang", "main", {}, (), 0.0, (), 0.0, 12.5, 3, 100)
             return Snapshot((*base.results, SourceResult("tap/main", tap, 0.0)))
@@ -332,7 +332,7 @@ def test_a_tap_gap_counts_as_starvation() -> None:
 
 
 def test_stutter_minutes_count_from_the_tap_or_the_tracker() -> None:
-    from exporter.sources.base import Snapshot, SourceResult
+    from exporter.snapshot import Snapshot, SourceResult
     from exporter.tap.state import TapReading
 
     class TapRig(Rig):

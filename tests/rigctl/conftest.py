@@ -55,7 +55,7 @@ def critical_exporter() -> Iterator[str]:
 def sim_engine() -> Iterator[str]:
     """The simulated SGLang server as a process of its own, at real time."""
     port = free_port()
-    process = subprocess.Popen([sys.executable, "-m", "exporter.sim.sglang_server",
+    process = subprocess.Popen([sys.executable, "-m", "exporter.sim.engine.server",
                                 "--port", str(port)], cwd=REPO, env=ENV,
                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     url = f"http://127.0.0.1:{port}"

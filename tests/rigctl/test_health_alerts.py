@@ -21,7 +21,7 @@ from pathlib import Path
 
 from alerts.generate import render
 from exporter.rigctl.health import exit_code
-from exporter.sim.amdgpu_sysfs import RIG_CARDS
+from exporter.sim.rig.sysfs_writer import RIG_CARDS
 from exporter.thresholds import Thresholds
 from tests.health.rig import validate
 from tests.rigctl.test_health_live import live_rig

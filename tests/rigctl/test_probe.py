@@ -14,7 +14,7 @@ import pytest
 
 from exporter.rigctl import main
 from exporter.rigctl.probe import print_probe, probe_once
-from exporter.sim.sglang_state import SimEngine, StreamScript
+from exporter.sim.engine.state import SimEngine, StreamScript
 from tests.engines.helpers import running_sim
 from tests.scrape import free_port
 
@@ -82,7 +82,7 @@ def test_missing_command_exits_unknown() -> None:
 def test_real_processes_exit_0_then_2_when_the_engine_is_gone() -> None:
     port = free_port()
     env = {**os.environ, "PYTHONPATH": str(REPO)}
-    sim = subprocess.Popen([sys.executable, "-m", "exporter.sim.sglang_server",
+    sim = subprocess.Popen([sys.executable, "-m", "exporter.sim.engine.server",
                             "--port", str(port)], cwd=REPO, env=env,
                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     command = [sys.executable, "-m", "exporter.rigctl", "probe",

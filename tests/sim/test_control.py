@@ -12,8 +12,8 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import make_mocked_request
 
-from exporter.sim.control import loopback_only
-from exporter.sim.sglang_state import Fault, SimEngine
+from exporter.sim.engine.control import loopback_only
+from exporter.sim.engine.state import Fault, SimEngine
 from tests.engines.helpers import running_sim
 
 
@@ -121,11 +121,11 @@ def test_control_answers_loopback_only():
 
 
 def test_help_documents_the_control_endpoint_and_flags():
-    result = subprocess.run([sys.executable, "-m", "exporter.sim.sglang_server", "--help"],
+    result = subprocess.run([sys.executable, "-m", "exporter.sim.engine.server", "--help"],
                             capture_output=True, text=True, timeout=60, check=True)
     for text in ("--policy", "--time-scale", "--chunked-prefill-size", "--version",
                  "/sim/pause-decode", "/sim/requests", "loopback"):
         assert text in result.stdout
-    bad = subprocess.run([sys.executable, "-m", "exporter.sim.sglang_server", "--policy",
+    bad = subprocess.run([sys.executable, "-m", "exporter.sim.engine.server", "--policy",
                           "n=x"], capture_output=True, text=True, timeout=60)
     assert bad.returncode == 2 and "unknown policy" in bad.stderr

@@ -9,9 +9,9 @@ from __future__ import annotations
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from exporter.sim.scheduler import Policy
-from exporter.sim.sglang_server import load_template, render_metrics
-from exporter.sim.sglang_state import SimEngine
+from exporter.sim.engine.scheduler import Policy
+from exporter.sim.engine.server import load_template, render_metrics
+from exporter.sim.engine.state import SimEngine
 
 TEMPLATE = load_template()
 

@@ -15,8 +15,8 @@ import time
 import aiohttp
 import pytest
 
-from exporter.sim.scheduler import Policy
-from exporter.sim.sglang_state import SimEngine
+from exporter.sim.engine.scheduler import Policy
+from exporter.sim.engine.state import SimEngine
 from tests.engines.helpers import running_sim
 
 SCALE = 50.0

@@ -7,9 +7,10 @@ import asyncio
 
 import pytest
 
-from exporter.sim.rig import SimRig
+from exporter.sim.rig.clock import ScenarioClock
+from exporter.sim.rig.simrig import SimRig
 from exporter.sim.scenarios.base import Step, scenario
-from exporter.sim.timescale import ScenarioClock
+from exporter.sim.scenarios.player import play
 
 
 class FakeReal:
@@ -54,11 +55,11 @@ def test_the_fault_plays_at_its_own_scale_and_stalls_at_theirs(tmp_path) -> None
                        Step(20.0, "fault", "stall", stall)),
                       seconds=21.0, expects=(), must_not=set(), fault_at=20.0)
 
-    async def play() -> None:
+    async def run() -> None:
         async with SimRig(time_scale=200.0, directory=tmp_path, stall_scale=4.0) as rig:
-            await rig.play(played, fault_time_scale=50.0)
+            await play(rig, played, fault_time_scale=50.0)
 
-    asyncio.run(play())
+    asyncio.run(run())
     assert seen[:2] == [("lead-in", 200.0), ("fault", 50.0)]
     # 47.23 s of stall lasts 47.23 / 4 real seconds: 590 scenario seconds at x50.
     assert seen[2][1] == pytest.approx(47.23 * 50.0 / 4.0, rel=1e-3)

@@ -10,10 +10,11 @@ import pytest
 
 from alerts.generate import build
 from alerts.timescale import scaled_thresholds
-from exporter.engines.stall_readers import BODY_REUSE_SECONDS
+from exporter.engines.stall.readers import BODY_REUSE_SECONDS
 from exporter.runtime import Exporter
-from exporter.sim.rig import SimRig
+from exporter.sim.rig.simrig import SimRig
 from exporter.sim.scenarios import SCENARIOS, Scenario
+from exporter.sim.scenarios.player import play
 from exporter.thresholds import Thresholds
 from tests.scrape import Samples, get, parse_samples, serving
 from tests.sim.conditions import Crossing, crossed
@@ -99,8 +100,8 @@ async def observe(scenario: Scenario) -> tuple[set[Crossing], list[Sample], Thre
     async with SimRig(time_scale=TIME_SCALE, stall_scale=scale) as rig:
         exporter = Exporter(rig.exporter_config())
         async with serving(exporter) as url:
-            play = asyncio.create_task(rig.play(scenario, stop_at=fault_end,
-                                                    fault_time_scale=scale))
+            playing = asyncio.create_task(play(rig, scenario, stop_at=fault_end,
+                                               fault_time_scale=scale))
             try:
                 await asyncio.sleep(0)  # the play task takes its start time
                 t0 = rig.scenario_started_at
@@ -112,8 +113,8 @@ async def observe(scenario: Scenario) -> tuple[set[Crossing], list[Sample], Thre
                 fault = await sample_phase(url, rig, t0 + fault_at + settle, t0 + fault_end,
                                            t0 + watch)
             finally:
-                play.cancel()
-                await asyncio.gather(play, return_exceptions=True)
+                playing.cancel()
+                await asyncio.gather(playing, return_exceptions=True)
                 # A hang of the exporter's close() while its engine refused
                 # connections was reported once and never reproduced (115 tries,
                 # three scripts); the engine comes back first as a precaution.

@@ -12,8 +12,8 @@ import urllib.request
 import aiohttp
 from prometheus_client.parser import text_string_to_metric_families
 
-from exporter.sim.sglang_server import SimServer, load_template, render_metrics
-from exporter.sim.sglang_state import SimEngine
+from exporter.sim.engine.server import SimServer, load_template, render_metrics
+from exporter.sim.engine.state import SimEngine
 from tests.engines.helpers import SGLANG_MULTIPROC
 
 
@@ -119,7 +119,7 @@ def test_runs_as_a_module():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    process = subprocess.Popen([sys.executable, "-m", "exporter.sim.sglang_server",
+    process = subprocess.Popen([sys.executable, "-m", "exporter.sim.engine.server",
                                 "--port", str(port)])
     try:
         deadline = time.monotonic() + 15

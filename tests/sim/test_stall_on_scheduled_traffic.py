@@ -10,11 +10,11 @@ import aiohttp
 import pytest
 
 from exporter.engines.fetch import get_text
-from exporter.engines.stall import StallPoller
-from exporter.engines.stall_readers import MetricsBody, MetricsReader
-from exporter.engines.stall_signals import plan_for
-from exporter.sim.scheduler import Policy
-from exporter.sim.sglang_state import SimEngine
+from exporter.engines.stall.plans import plan_for
+from exporter.engines.stall.readers import MetricsBody, MetricsReader
+from exporter.engines.stall.tracker import StallPoller
+from exporter.sim.engine.scheduler import Policy
+from exporter.sim.engine.state import SimEngine
 from tests.engines.helpers import running_sim
 
 TICK = 0.5

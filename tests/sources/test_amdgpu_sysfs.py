@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from exporter.sim.amdgpu_sysfs import (
+from exporter.sim.rig.sysfs_writer import (
     FIXTURE_CARDS,
     OLDER_LAYOUT_CARD,
     RIG_CARDS,
@@ -18,9 +18,9 @@ from exporter.sim.amdgpu_sysfs import (
     write_card,
     write_rig,
 )
+from exporter.snapshot import SourceError
 from exporter.sources import amdgpu_sysfs
 from exporter.sources.amdgpu_sysfs import AmdgpuSysfs, CardReading
-from exporter.sources.base import SourceError
 from tests.conftest import SYSFS_FIXTURE, card_device, hwmon_dir
 
 
@@ -39,7 +39,7 @@ class TestFixtureTree:
                     twin = other / path.relative_to(one)
                     if not twin.exists() or not filecmp.cmp(path, twin, shallow=False):
                         mismatches.append(str(path.relative_to(one)))
-        regenerate = "python -m exporter.sim.amdgpu_sysfs tests/fixtures/sys"
+        regenerate = "python -m exporter.sim.rig.sysfs_writer tests/fixtures/sys"
         assert mismatches == [], f"stale fixture tree; regenerate with: {regenerate}"
 
     def test_enumerates_only_amdgpu_cards(self) -> None:

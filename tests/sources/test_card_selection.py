@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from exporter.sim.amdgpu_sysfs import FIXTURE_CARDS, RIG_CARDS, RYZEN_IGPU, write_rig
+from exporter.sim.rig.sysfs_writer import FIXTURE_CARDS, RIG_CARDS, RYZEN_IGPU, write_rig
 from exporter.sources.amdgpu_sysfs import AmdgpuSysfs, CardReading
 from tests.conftest import card_device
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from exporter.sim.amdgpu_sysfs import RIG_CARDS, gpu_metrics_v1_3
+from exporter.sim.rig.sysfs_writer import RIG_CARDS, gpu_metrics_v1_3
 from exporter.sources.amdgpu_sysfs import AmdgpuSysfs
 from tests.conftest import card_device
 

@@ -8,8 +8,8 @@ from pathlib import Path
 import psutil
 import pytest
 
-from exporter.sim.procfs import GIB, PAGE, HostSpec, write_cpu_hwmon, write_proc
-from exporter.sources.base import SourceError
+from exporter.sim.rig.procfs_writer import GIB, PAGE, HostSpec, write_cpu_hwmon, write_proc
+from exporter.snapshot import SourceError
 from exporter.sources.host import HostSource, cpu_temperatures
 
 # Memory moves between two reads on a busy machine; this is generous but far

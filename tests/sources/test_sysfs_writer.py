@@ -8,7 +8,7 @@ from pathlib import Path
 from hypothesis import given
 from hypothesis import strategies as st
 
-from exporter.sim.amdgpu_sysfs import RIG_CARDS, _dpm_table, idle, write_card
+from exporter.sim.rig.sysfs_writer import RIG_CARDS, _dpm_table, idle, write_card
 from exporter.sources.amdgpu_sysfs import AmdgpuSysfs, parse_dpm_table
 
 SCLK, MCLK = (500, 2304), (96, 456, 772, 1249)

@@ -25,8 +25,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from exporter.config import Config, EngineConfig, GpuConfig, HostConfig
 from exporter.engines.source import EngineSource
 from exporter.runtime import Exporter
-from exporter.sim.scheduler import Policy
-from exporter.sim.sglang_state import SimEngine
+from exporter.sim.engine.scheduler import Policy
+from exporter.sim.engine.state import SimEngine
 from exporter.streams import StreamMeter, StreamTiming
 from exporter.tap.source import TapSource
 from exporter.tap.state import TapState
@@ -86,7 +86,7 @@ async def play_starvation() -> tuple[list[dict[str, float]], float, float, float
                     "sampling_params": {"max_new_tokens": 1000, "ignore_eos": True}},
                     sim.clock))
                 await asyncio.sleep(3.0 / SCALE)
-                # ...when agent B sends a fresh 64K prompt (rig-facts: the defining failure).
+                # ...when agent B sends a fresh 64K prompt (docs/facts/rig.md#decode-starvation).
                 await stream(session, tapped + "/v1/completions", {
                     "prompt": list(range(65536)), "max_tokens": 4, "stream": True}, sim.clock)
                 felt_by_a = (await agent_a).max_gap_seconds

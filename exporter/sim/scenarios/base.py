@@ -14,13 +14,10 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from exporter.sim.baseline import apply_healthy
+from exporter.sim.rig.simrig import SimRig
 from exporter.thresholds import Thresholds
-
-if TYPE_CHECKING:
-    from exporter.sim.rig import SimRig
 
 #: The thresholds the scenarios are written against (the rules' defaults).
 DEFAULTS = Thresholds()
@@ -29,7 +26,7 @@ DEFAULTS = Thresholds()
 MARGIN_SECONDS = 120.0
 LEAD_IN_SECONDS = 60.0
 
-Action = Callable[["SimRig"], Any]
+Action = Callable[[SimRig], Any]
 
 
 @dataclass(frozen=True)
@@ -60,23 +57,19 @@ class Scenario:
     expects: tuple[Expect, ...]
     must_not: frozenset[str]
 
-    @property
-    def expected_alerts(self) -> frozenset[str]:
-        return frozenset(e.alert for e in self.expects)
 
-
-def lead_in(seconds: float = LEAD_IN_SECONDS) -> tuple[Step, ...]:
+def lead_in() -> tuple[Step, ...]:
     return (Step(0.0, "lead-in", "healthy rig: two agents taking turns on 64K sessions",
-                 apply_healthy),)
+                 SimRig.heal),)
 
 
 def heal(at: float, says: str = "back to healthy") -> Step:
-    return Step(at, "heal", says, apply_healthy)
+    return Step(at, "heal", says, SimRig.heal)
 
 
 def fault_held(name: str, doc: str | None, says: str, act: Action, hold_seconds: float,
                expects: tuple[Expect, ...], must_not: set[str],
-               heal_says: str = "back to healthy", heal_act: Action = apply_healthy) -> Scenario:
+               heal_says: str = "back to healthy", heal_act: Action = SimRig.heal) -> Scenario:
     """The common timeline: a healthy lead-in, one fault held for `hold_seconds` (the
     longest `for` it must outlast) and MARGIN_SECONDS more, then a heal and
     MARGIN_SECONDS to watch the alerts resolve."""

@@ -1,6 +1,6 @@
 """The scheduler hangs: /metrics and /health answer, no request is served.
 
-DESIGN §3: the stream probe answers "can the engine serve at all", which matters
+docs/metrics.md#stream-probe: the stream probe answers "can the engine serve at all", which matters
 when the engine is wedged but /health says 200; the rules cite vllm#46811, where
 running requests read 0 during a real hang. Here the scheduler stops: nothing
 runs, three agents' requests sit in the queue, no decode batch happens, and a
@@ -20,8 +20,7 @@ token, so it has no gap), RigQueueHeadOfLine (nothing runs).
 
 from __future__ import annotations
 
-from exporter.sim.baseline import apply_healthy
-from exporter.sim.rig import EngineFlows
+from exporter.sim.rig.state import EngineFlows
 from exporter.sim.scenarios.base import DEFAULTS, Expect, fault_held
 
 # The probe's interval and its deadline at up to 5-fold less compression (scenario s).
@@ -37,7 +36,7 @@ def scheduler_hangs(rig) -> None:
 async def engine_restarted(rig) -> None:
     await rig.engine_down()
     await rig.engine_up()
-    apply_healthy(rig)
+    rig.heal()
 
 
 SCENARIO = fault_held(

@@ -1,6 +1,6 @@
 """L3 is written but every lookup misses: the hash-chain bug.
 
-rig-facts, "L3 (SSD) failure": the L3 hash chain resumed from the wrong
+docs/facts/rig.md#l3-failure: the L3 hash chain resumed from the wrong
 previous-page hash, so every L3 key computed after it was wrong; the files were
 on the SSD, yet every lookup missed. Here L2 sits near full (96 %) and writes
 its evictions to L3 (2,000 tok/s), while the two agents' sessions, dropped from
@@ -17,8 +17,8 @@ is under 98 %), RigKVPoolSaturated.
 
 from __future__ import annotations
 
-from exporter.sim.baseline import L2_CAPACITY_TOKENS, SESSION_TOKENS
-from exporter.sim.rig import EngineFlows
+from exporter.sim.rig.baseline import L2_CAPACITY_TOKENS, SESSION_TOKENS
+from exporter.sim.rig.state import EngineFlows
 from exporter.sim.scenarios.base import DEFAULTS, Expect, fault_held
 
 TURNS_PER_SECOND = 2 / 60  # two agents, a turn a minute each

@@ -1,0 +1,241 @@
+"""Where the stall tracker gets its counters: one small reader per way of reading.
+
+Each reader returns `Counters` and says how often it may be asked (its resolution);
+the tracker's state machine does not know which one it has. Chosen once at start
+(docs/stall-tracker.md#where-the-counters-come-from), cheapest first:
+
+- `MultiprocReader`: SGLang's prometheus_client files under `metrics_dir`. No engine
+  work at all; tens of microseconds here.
+- `MetricsReader`: `GET /metrics`, spaced so that the engine's time rendering for
+  this exporter stays at or under 2 % of wall time. SGLang renders synchronously in
+  the event loop that streams tokens (24-45 ms for the 0.5.23 family set on a 2-core
+  box, docs/facts/sglang.md#the-cost-of-reading-metrics), so every render delays every stream.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections import defaultdict, deque
+from collections.abc import Awaitable, Callable, Iterable
+from typing import Protocol
+
+from exporter.engines.exposition import Sample, parse
+from exporter.engines.normalise import combine_ranks
+from exporter.engines.stall.multiproc_files import FileSample, MultiprocDir
+from exporter.engines.stall.plans import GENERATION_ENDPOINTS, Counters
+from exporter.snapshot import SourceError
+
+PREFIXES = ("sglang:", "sglang_")
+#: The polls' spacing targets this share of wall time spent rendering for the
+#: exporter, a little under the 2 % the exporter allows the engine: the tracker takes a body a
+#: scrape fetched as its next poll, so scrapes add renders only when they come
+#: faster than the tracker's polls.
+TRACKER_BUDGET = 0.018
+#: Scrapes reuse a body the tracker fetched this recently.
+BODY_REUSE_SECONDS = 1.0
+
+
+class CounterReader(Protocol):
+    #: How this reader reads, for the log line at start.
+    how: str
+
+    async def read(self) -> Counters:
+        """The counters now; raises SourceError when the engine cannot be read."""
+        ...
+
+    def resolution_seconds(self) -> float:
+        """The poll interval in force."""
+        ...
+
+    def close(self) -> None: ...
+
+
+def counters_from(samples: dict[str, list[Sample]]) -> Counters:
+    """Counters from samples keyed by unprefixed sample name (see `_SAMPLE_NAMES`)."""
+
+    def total(name: str, keep: Callable[[Sample], bool] = lambda s: True) -> float | None:
+        chosen = [s for s in samples.get(name, ()) if keep(s)]
+        return combine_ranks(chosen) if chosen else None
+
+    return Counters(
+        decode_passes=total("cuda_graph_passes_total",
+                            lambda s: s.labels.get("mode", "").startswith("decode_")),
+        streamed_tokens=total("inter_token_latency_seconds_count"),
+        running=total("num_running_reqs", lambda s: s.labels.get("priority", "") == ""),
+        http_active=total("http_requests_active",
+                          lambda s: GENERATION_ENDPOINTS.fullmatch(
+                              s.labels.get("endpoint", "")) is not None),
+        finished=total("num_requests_total"),
+    )
+
+
+# family name on the TYPE line -> the sample names the tracker takes from it
+_FAMILIES = {
+    "cuda_graph_passes_total": ("cuda_graph_passes_total",),
+    "inter_token_latency_seconds": ("inter_token_latency_seconds_count",),
+    "num_running_reqs": ("num_running_reqs",),
+    "http_requests_active": ("http_requests_active",),
+    "num_requests_total": ("num_requests_total",),
+}
+
+
+def _unprefixed(name: str) -> str | None:
+    for prefix in PREFIXES:
+        if name.startswith(prefix):
+            return name[len(prefix):]
+    return None
+
+
+class RenderPacer:
+    """Spaces /metrics reads so that render time / wall time stays within a budget.
+
+    The time to the whole body, measured here, is an upper bound of the engine's
+    render time (it adds loopback transfer). The median of the last few is used: one
+    answer that waited out a hung event loop says nothing about rendering, and must
+    not blind the tracker for minutes (2 s / 0.018 would be a 111 s interval).
+    """
+
+    def __init__(self, floor_seconds: float, budget: float = TRACKER_BUDGET,
+                 history: int = 8) -> None:
+        self.floor_seconds = floor_seconds
+        self.budget = budget
+        self._recent: deque[float] = deque(maxlen=history)
+
+    def record(self, render_seconds: float) -> None:
+        self._recent.append(render_seconds)
+
+    def interval_seconds(self) -> float:
+        if not self._recent:
+            return self.floor_seconds
+        return max(self.floor_seconds, statistics.median(self._recent) / self.budget)
+
+
+class MetricsBody:
+    """The engine's /metrics body, shared by the tracker and Prometheus' scrapes."""
+
+    def __init__(self, fetch: Callable[[], Awaitable[str]],
+                 clock: Callable[[], float] = time.monotonic,
+                 timer: Callable[[], float] = time.perf_counter) -> None:
+        self._fetch = fetch
+        self.clock = clock
+        #: Times each fetch (a simulated engine's render time in tests).
+        self.timer = timer
+        self._body: str | None = None
+        self._fetched_at = float("-inf")
+        #: Called with the seconds each fetch took.
+        self.on_fetch: Callable[[float], None] | None = None
+        self.fetches = 0
+
+    async def fresh(self) -> str:
+        started = self.timer()
+        body = await self._fetch()
+        took = self.timer() - started
+        self.fetches += 1
+        self._body, self._fetched_at = body, self.clock()
+        if self.on_fetch is not None:
+            self.on_fetch(took)
+        return body
+
+    async def recent(self, max_age_seconds: float = BODY_REUSE_SECONDS) -> str:
+        """A body fetched within max_age_seconds, or a fresh one."""
+        if self._body is not None and self.clock() - self._fetched_at < max_age_seconds:
+            return self._body
+        return await self.fresh()
+
+
+class MetricsReader:
+    how = "/metrics under a 2 % engine-render budget"
+
+    def __init__(self, body: MetricsBody, floor_seconds: float) -> None:
+        self.body = body
+        self.pacer = RenderPacer(floor_seconds)
+        body.on_fetch = self.pacer.record
+        self._last_text: str | None = None
+        self._wanted = frozenset(prefix + family for family in _FAMILIES
+                                 for prefix in PREFIXES)
+
+    async def read(self) -> Counters:
+        # A body a scrape fetched since the last poll serves as this poll: the engine
+        # renders for the tracker or for Prometheus, not for both (their renders
+        # together stay within the budget). Never the same body twice: a reused body
+        # must not read as decode standing still.
+        text = await self.body.recent(self.pacer.interval_seconds())
+        if text is self._last_text:
+            text = await self.body.fresh()
+        self._last_text = text
+        exposition = parse(text, self._wanted)
+        if exposition.type_lines == 0:
+            raise SourceError("/metrics: not a Prometheus exposition")
+        samples: dict[str, list[Sample]] = defaultdict(list)
+        for family_name, family in exposition.families.items():
+            base = _unprefixed(family_name)
+            keep = _FAMILIES.get(base or "", ())
+            for sample in family.samples:
+                sample_name = _unprefixed(sample.name)
+                if sample_name in keep:
+                    samples[sample_name].append(sample)
+        return counters_from(samples)
+
+    def resolution_seconds(self) -> float:
+        return self.pacer.interval_seconds()
+
+    def close(self) -> None:
+        pass
+
+
+class MultiprocReader:
+    """Reads the counters from SGLang's multiprocess files, merging them as
+    prometheus_client's MultiProcessCollector does: counters and histogram buckets
+    add up over processes, `mostrecent` gauges keep the newest write, `livesum`
+    gauges add up."""
+
+    _SAMPLE_NAMES = frozenset(prefix + name for prefix in PREFIXES for name in (
+        "cuda_graph_passes_total", "inter_token_latency_seconds_bucket", "num_running_reqs",
+        "http_requests_active", "num_requests_total"))
+
+    def __init__(self, metrics_dir: str, interval_seconds: float) -> None:
+        self.how = f"SGLang's multiprocess files in {metrics_dir}"
+        self.files = MultiprocDir(metrics_dir, self._SAMPLE_NAMES)
+        self.interval_seconds = interval_seconds
+
+    async def read(self) -> Counters:
+        try:
+            found = self.files.read()
+        except OSError as exc:
+            raise SourceError(f"{self.files.path}: {exc.strerror or exc}") from exc
+        return counters_from(merge_files(found))
+
+    def resolution_seconds(self) -> float:
+        return self.interval_seconds
+
+    def close(self) -> None:
+        self.files.close()
+
+
+def merge_files(found: Iterable[FileSample]) -> dict[str, list[Sample]]:
+    """Per unprefixed sample name, one Sample per label set, merged over processes."""
+    merged: dict[tuple[str, tuple[tuple[str, str], ...]], tuple[float, float]] = {}
+    for sample in found:
+        name = _unprefixed(sample.name)
+        if name is None:
+            continue
+        labels = dict(sample.labels)
+        if name.endswith("_bucket"):
+            # The _count of a histogram is the sum of its (non-cumulative) buckets.
+            name, labels = name[:-len("_bucket")] + "_count", {
+                k: v for k, v in labels.items() if k != "le"}
+        if sample.kind == "gauge_all":
+            labels["pid"] = sample.pid
+        key = (name, tuple(sorted(labels.items())))
+        previous = merged.get(key)
+        if sample.kind == "gauge_mostrecent":
+            if previous is None or sample.timestamp >= previous[1]:
+                merged[key] = (sample.value, sample.timestamp)
+        else:
+            merged[key] = ((previous[0] if previous else 0.0) + sample.value, 0.0)
+    samples: dict[str, list[Sample]] = defaultdict(list)
+    for (name, labels), (value, _) in merged.items():
+        samples[name].append(Sample(name, dict(labels), value))
+    return samples
+

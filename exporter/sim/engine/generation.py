@@ -1,0 +1,352 @@
+"""The simulated engine's generation endpoints: SGLang's native /generate and the
+OpenAI-style /v1/completions, streamed (SSE) or not.
+
+Two sources of tokens:
+- scheduled (the default): the request enters the SimEngine's scheduler model, and
+  each frame is written when the scheduler emits that token, so a prefill that
+  starves decode, or a `pause_decode`, shows in the stream as in /metrics. A client
+  that goes away aborts the request in the scheduler.
+- scripted (`SimEngine.stream` is a StreamScript): frames follow the script's
+  timings, for tests that need exact gaps or a hang.
+
+Frames (docs/facts/sglang.md#streaming-frames): `data: {json}` then `data: [DONE]`. In
+scheduled mode /generate frames carry only the new text and `output_ids` (as a server
+started with `--incremental-streaming-output`; cumulative text would make a
+5,000-token stream hundreds of MB), with the cumulative `completion_tokens` in
+`meta_info` as SGLang sends it. Prompts given as `text` count one token per 4
+characters (the simulator has no tokenizer).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import math
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+
+from aiohttp import web
+
+from exporter.sim.engine.scheduler import Batch, Phase, Request, Scheduler
+from exporter.sim.engine.state import SimEngine, StreamScript
+
+#: SGLang's SamplingParams default max_new_tokens; OpenAI's default max_tokens.
+GENERATE_DEFAULT_MAX_NEW_TOKENS = 128
+COMPLETIONS_DEFAULT_MAX_TOKENS = 16
+SCRIPTED_PROMPT_TOKENS = 16
+#: The pump's longest sleep (real seconds): it keeps an elastic ScaledClock fresh.
+PUMP_POLL_SECONDS = 0.02
+#: How often a waiting handler checks that its client is still there (real seconds).
+DISCONNECT_CHECK_SECONDS = 0.1
+
+
+class BadRequest(ValueError):
+    """The request body is not one the engine would accept."""
+
+
+@dataclass(frozen=True)
+class Ask:
+    """One generation request, whichever API it came through."""
+
+    prompt_tokens: int
+    max_new_tokens: int
+    stream: bool
+
+
+@dataclass(frozen=True)
+class Progress:
+    """A frame's worth of news: tokens so far, and whether the request ended."""
+
+    tokens: int
+    finished: bool
+    aborted: bool = False
+
+
+def prompt_length(input_ids: object, text: object) -> int:
+    if input_ids is not None:
+        if (isinstance(input_ids, list) and input_ids
+                and isinstance(input_ids[0], list)):
+            input_ids = input_ids[0]  # a batch: the simulator serves its first prompt
+        if (not isinstance(input_ids, list) or not input_ids
+                or not all(isinstance(i, int) and not isinstance(i, bool) for i in input_ids)):
+            raise BadRequest("input_ids must be a non-empty list of token ids")
+        return len(input_ids)
+    if isinstance(text, list) and text:
+        text = text[0]
+    if not isinstance(text, str) or not text:
+        raise BadRequest("give a prompt: input_ids (token ids) or text")
+    return max(1, math.ceil(len(text) / 4))
+
+
+def _positive_int(value: object, name: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise BadRequest(f"{name} must be a positive integer, not {value!r}")
+    return value
+
+
+def parse_generate(body: object) -> Ask:
+    if isinstance(body, NotJson):
+        raise BadRequest(body.reason)
+    if not isinstance(body, dict):
+        raise BadRequest("the body must be a JSON object")
+    params = body.get("sampling_params") or {}
+    if not isinstance(params, dict):
+        raise BadRequest("sampling_params must be an object")
+    wanted = _positive_int(params.get("max_new_tokens", GENERATE_DEFAULT_MAX_NEW_TOKENS),
+                           "max_new_tokens")
+    return Ask(prompt_length(body.get("input_ids"), body.get("text")), wanted,
+               bool(body.get("stream", False)))
+
+
+def parse_completions(body: object) -> Ask:
+    if isinstance(body, NotJson):
+        raise BadRequest(body.reason)
+    if not isinstance(body, dict):
+        raise BadRequest("the body must be a JSON object")
+    prompt = body.get("prompt")
+    ids = prompt if isinstance(prompt, list) and prompt and not isinstance(prompt[0], str) \
+        else None
+    wanted = _positive_int(body.get("max_tokens", COMPLETIONS_DEFAULT_MAX_TOKENS),
+                           "max_tokens")
+    return Ask(prompt_length(ids, None if ids is not None else prompt), wanted,
+               bool(body.get("stream", False)))
+
+
+class StreamHub:
+    """Routes the scheduler's tokens to the HTTP handlers waiting for them, and runs
+    the pump that moves the scheduler forward in step with the clock."""
+
+    def __init__(self, state: SimEngine) -> None:
+        self.state = state
+        self._queues: dict[str, asyncio.Queue[Progress]] = {}
+        self._wake: asyncio.Event | None = None
+        state.add_listener(self)
+
+    # Scheduler listener: called while the engine advances, in time order.
+
+    def on_token(self, request: Request, time: float) -> None:
+        queue = self._queues.get(request.rid)
+        if queue is not None:
+            queue.put_nowait(Progress(request.generated,
+                                      request.generated >= request.max_new_tokens))
+
+    def on_finish(self, request: Request, time: float) -> None:
+        queue = self._queues.get(request.rid)
+        if queue is not None and request.phase == Phase.ABORTED:
+            queue.put_nowait(Progress(request.generated, True, aborted=True))
+
+    def on_batch(self, batch: Batch, scheduler: Scheduler) -> None:
+        pass
+
+    async def pump(self) -> None:
+        """Advance the engine whenever its next batch is due, in real time."""
+        self._wake = asyncio.Event()
+        while True:
+            self.state.advance()
+            due = self.state.scheduler.next_event_time()
+            delay = PUMP_POLL_SECONDS  # idle, or a clock that is not real time: poll
+            if due is not None:
+                delay = min(delay, max(0.0005, (due - self.state.clock())
+                                       / self.state.time_scale))
+            self._wake.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), delay)
+
+    async def scheduled(self, http: web.Request, ask: Ask) -> AsyncIterator[Progress]:
+        request = self.state.submit(ask.prompt_tokens, ask.max_new_tokens, stream=ask.stream)
+        queue: asyncio.Queue[Progress] = asyncio.Queue()
+        self._queues[request.rid] = queue
+        if self._wake is not None:
+            self._wake.set()
+        try:
+            while True:
+                try:
+                    progress = await asyncio.wait_for(queue.get(), DISCONNECT_CHECK_SECONDS)
+                except TimeoutError:
+                    if http.transport is None or http.transport.is_closing():
+                        return  # the client went away: `finally` aborts the request
+                    continue
+                yield progress
+                if progress.finished:
+                    return
+        finally:
+            del self._queues[request.rid]
+            if not request.done:
+                self.state.abort(request.rid)
+
+
+async def scripted(script: StreamScript, wanted: int) -> AsyncIterator[Progress]:
+    tokens, frame = 0, 0
+    await asyncio.sleep(script.first_token_seconds)
+    while tokens < wanted:
+        if script.hang_after_frames is not None and frame >= script.hang_after_frames:
+            await asyncio.Event().wait()
+        if frame > 0:
+            gaps = script.gaps_seconds
+            await asyncio.sleep(gaps[frame - 1] if frame - 1 < len(gaps)
+                                else script.default_gap_seconds)
+        tokens = min(wanted, tokens + script.tokens_per_frame)
+        frame += 1
+        yield Progress(tokens, tokens >= wanted)
+
+
+async def progress_of(hub: StreamHub, http: web.Request, ask: Ask) -> AsyncIterator[Progress]:
+    script = hub.state.stream
+    if script is None:
+        async with contextlib.aclosing(hub.scheduled(http, ask)) as scheduled:
+            async for progress in scheduled:
+                yield progress
+        return
+    async for progress in scripted(script, ask.max_new_tokens):
+        yield progress
+    hub.state.finish_request(SCRIPTED_PROMPT_TOKENS, ask.max_new_tokens, ask.stream)
+
+
+def _meta(rid: str, ask: Ask, tokens: int, finished: bool, started: float) -> dict:
+    meta: dict[str, object] = {
+        "id": rid, "prompt_tokens": ask.prompt_tokens, "completion_tokens": tokens,
+        "cached_tokens": 0,
+        "finish_reason": {"type": "length", "length": ask.max_new_tokens} if finished else None,
+    }
+    if finished:
+        meta["e2e_latency"] = time.monotonic() - started
+    return meta
+
+
+async def _all_tokens(hub: StreamHub, http: web.Request, ask: Ask) -> int | None:
+    """Wait for a non-streamed answer; None if the engine dropped the request."""
+    tokens = 0
+    async with contextlib.aclosing(progress_of(hub, http, ask)) as events:
+        async for progress in events:
+            if progress.aborted:
+                return None
+            tokens = progress.tokens
+    return tokens
+
+
+def _dropped() -> web.Response:
+    return web.json_response({"error": {"message": "the request was aborted",
+                                        "type": "InternalServerError", "code": 503}},
+                             status=503)
+
+
+def _refuse(exc: BadRequest) -> web.Response:
+    return web.json_response({"error": {"message": str(exc), "type": "BadRequestError",
+                                        "code": 400}}, status=400)
+
+
+async def _sse(http: web.Request) -> web.StreamResponse:
+    response = web.StreamResponse(headers={"Content-Type": "text/event-stream",
+                                           "Cache-Control": "no-cache"})
+    await response.prepare(http)
+    return response
+
+
+async def _send(response: web.StreamResponse, payload: object) -> None:
+    text = payload if isinstance(payload, str) else json.dumps(payload)
+    await response.write(f"data: {text}\n\n".encode())
+
+
+def _check_capacity(state: SimEngine, ask: Ask) -> None:
+    if ask.prompt_tokens >= state.max_total_num_tokens:
+        raise BadRequest(f"The input ({ask.prompt_tokens} tokens) is longer than the KV "
+                         f"pool ({state.max_total_num_tokens} tokens).")
+
+
+class NotJson:
+    """A body that did not parse; `parse_*` refuse it."""
+
+    def __init__(self, reason: str) -> None:
+        self.reason = reason
+
+
+async def read_json(http: web.Request) -> object:
+    """The parsed body, read once (a 64K-token prompt takes tens of ms to parse, time
+    in which no frame leaves)."""
+    try:
+        return json.loads(await http.read())
+    except ValueError as exc:
+        return NotJson(f"the body is not JSON: {exc}")
+
+
+async def generate(hub: StreamHub, http: web.Request, body: object) -> web.StreamResponse:
+    """POST /generate: SGLang's native API."""
+    try:
+        ask = parse_generate(body)
+        _check_capacity(hub.state, ask)
+    except BadRequest as exc:
+        return _refuse(exc)
+    assert isinstance(body, dict)
+    rid = str(body.get("rid") or f"sim-{id(http):x}")
+    started = time.monotonic()
+    incremental = hub.state.stream is None
+    if not ask.stream:
+        tokens = await _all_tokens(hub, http, ask)
+        if tokens is None:
+            return _dropped()
+        return web.json_response({"text": " tok" * tokens, "output_ids": list(range(tokens)),
+                                  "meta_info": _meta(rid, ask, tokens, True, started)})
+    response = await _sse(http)
+    sent = 0
+    async with contextlib.aclosing(progress_of(hub, http, ask)) as events:
+        try:
+            async for progress in events:
+                if progress.aborted:
+                    return response  # the engine dropped it (a restart): no [DONE]
+                new = progress.tokens - sent if incremental else progress.tokens
+                await _send(response, {
+                    "text": " tok" * new,
+                    "output_ids": list(range(sent if incremental else 0, progress.tokens)),
+                    "meta_info": _meta(rid, ask, progress.tokens, progress.finished,
+                                       started)})
+                sent = progress.tokens
+            await _send(response, "[DONE]")
+        except ConnectionResetError:
+            pass  # the client went away; closing `events` aborts the request
+    return response
+
+
+async def completions(hub: StreamHub, http: web.Request, body: object
+                      ) -> web.StreamResponse:
+    """POST /v1/completions: the OpenAI API (SGLang serves it too)."""
+    try:
+        ask = parse_completions(body)
+        _check_capacity(hub.state, ask)
+    except BadRequest as exc:
+        return _refuse(exc)
+    assert isinstance(body, dict)
+    head = {"id": f"cmpl-{id(http):x}", "object": "text_completion",
+            "created": int(time.time()), "model": str(body.get("model") or hub.state.model)}
+    if not ask.stream:
+        tokens = await _all_tokens(hub, http, ask)
+        if tokens is None:
+            return _dropped()
+        return web.json_response({**head, "choices": [
+            {"index": 0, "text": " tok" * tokens, "logprobs": None, "finish_reason": "length"}],
+            "usage": _usage(ask, tokens)})
+    response = await _sse(http)
+    sent = 0
+    async with contextlib.aclosing(progress_of(hub, http, ask)) as events:
+        try:
+            async for progress in events:
+                if progress.aborted:
+                    return response
+                await _send(response, {**head, "choices": [{
+                    "index": 0, "text": " tok" * (progress.tokens - sent), "logprobs": None,
+                    "finish_reason": "length" if progress.finished else None}],
+                    "usage": None})
+                sent = progress.tokens
+            options = body.get("stream_options")
+            if isinstance(options, dict) and options.get("include_usage"):
+                await _send(response, {**head, "choices": [], "usage": _usage(ask, sent)})
+            await _send(response, "[DONE]")
+        except ConnectionResetError:
+            pass
+    return response
+
+
+def _usage(ask: Ask, tokens: int) -> dict[str, int]:
+    return {"prompt_tokens": ask.prompt_tokens, "completion_tokens": tokens,
+            "total_tokens": ask.prompt_tokens + tokens}

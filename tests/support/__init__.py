@@ -1,0 +1,1 @@
+"""Test-only support code shared by several test folders."""
