@@ -34,15 +34,9 @@ from pathlib import Path
 from typing import TextIO
 
 from exporter.command_line import Interrupted, Say
+from exporter.launch import ExporterProcess, Process, start_exporter
 from exporter.rigctl.common import EXIT_ENDINGS, EXIT_OK, EXIT_UNKNOWN
-from exporter.rigctl.stack import (
-    Monitoring,
-    Notification,
-    Process,
-    WebhookReceiver,
-    start_exporter,
-    wait_exporter,
-)
+from exporter.rigctl.stack import Monitoring, Notification, WebhookReceiver
 from exporter.sim.rig.simrig import SimRig
 from exporter.sim.scenarios import SCENARIOS, Expect, Scenario
 from exporter.sim.scenarios.player import play
@@ -189,15 +183,18 @@ class Demo:
     async def main(self) -> None:
         self._tour = asyncio.current_task()
         directory, rig = self.directory, self.rig
-        exporter: Process | None = None
+        exporter: ExporterProcess | None = None
         monitoring: Monitoring | None = None
         receiver = WebhookReceiver(on_notification=self._notified)
         watcher: asyncio.Task[None] | None = None
         try:
             await rig.start()
-            exporter, address = start_exporter(
-                "demo", rig.exporter_args(compress_stall_window=True), directory / "rig")
-            await asyncio.to_thread(wait_exporter, exporter, address)
+            # Started in this thread, waited for in another: the exporter dies with
+            # the thread that started it (launch.Process).
+            exporter = start_exporter(rig.exporter_args(compress_stall_window=True),
+                                      directory / "rig", wait=False)
+            await asyncio.to_thread(exporter.wait_ready)
+            address = exporter.address
             processes = [exporter]
             if self.want_monitoring and _installed():
                 await receiver.start()

@@ -6,16 +6,14 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import time
-import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
+from exporter.launch import Process, free_port, wait_ready
 from tests.rigctl.canned import exporter_answering, hot_report
-from tests.scrape import free_port
 
 REPO = Path(__file__).resolve().parents[2]
 ENV = {**os.environ, "PYTHONPATH": str(REPO)}
@@ -55,21 +53,11 @@ def critical_exporter() -> Iterator[str]:
 def sim_engine() -> Iterator[str]:
     """The simulated SGLang server as a process of its own, at real time."""
     port = free_port()
-    process = subprocess.Popen([sys.executable, "-m", "exporter.sim.engine.server",
-                                "--port", str(port)], cwd=REPO, env=ENV,
-                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    process = Process("simulated SGLang", [sys.executable, "-m", "exporter.sim.engine.server",
+                                           "--port", str(port)], None, cwd=REPO)
     url = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                urllib.request.urlopen(url + "/health", timeout=2).read()
-                break
-            except OSError:
-                assert process.poll() is None, "the simulated SGLang server exited"
-                assert time.monotonic() < deadline, "the simulated SGLang server did not start"
-                time.sleep(0.1)
+        wait_ready(url + "/health", process)
         yield url
     finally:
-        process.terminate()
-        process.wait(timeout=10)
+        process.stop()

@@ -18,8 +18,8 @@ from pathlib import Path
 import pytest
 
 from exporter.command_line import EXIT_CLOSED_PIPE, EXIT_INTERRUPTED
+from exporter.launch import free_port
 from tests.rigctl.conftest import ENV, REPO, RIG_EXPORTER, RIGCTL, Ended, bash
-from tests.scrape import free_port
 
 OK, CRITICAL, UNKNOWN = 0, 2, 3
 
