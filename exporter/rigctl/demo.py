@@ -344,7 +344,7 @@ def _installed() -> bool:
 
 
 def _name(labels: dict[str, str]) -> str:
-    where = " ".join(f"{k}={labels[k]}" for k in ("name", "card", "sensor", "signal")
+    where = " ".join(f"{k}={labels[k]}" for k in ("engine", "card", "sensor", "signal")
                      if labels.get(k))
     return f"{labels.get('alertname', '?')} ({labels.get('severity', '?')}) {where}".rstrip()
 

@@ -69,6 +69,6 @@ def test_remote_write_to_victoria_metrics_and_read_back(tmp_path: Path) -> None:
         assert {c["metric"]["card"] for c in cards} == {"card1", "card2"}
         assert all(c["metric"]["job"] == "rig" and c["value"][1] == "1" for c in cards)
         # Two agents decoding, and the exporter's probe while it runs.
-        assert engines[0]["metric"]["name"] == "main" and engines[0]["value"][1] in ("2", "3")
+        assert engines[0]["metric"]["engine"] == "main" and engines[0]["value"][1] in ("2", "3")
         # A recording rule's output travels too: the store holds what the alerts use.
         assert vm_query(vm_url, 'instance:rig_host_memory_available:ratio{rig="remote"}')

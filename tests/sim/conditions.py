@@ -71,7 +71,7 @@ def _c(alert: str, **labels: str) -> Crossing:
 
 def _engine(v: _View, t: Thresholds) -> set[Crossing]:
     found: set[Crossing] = set()
-    e = {"engine": "sglang", "name": ENGINE}
+    e = {"engine": ENGINE, "kind": "sglang"}
     stall_max = v.gauge("rig_engine_decode_stall_max_seconds", **e)
     gaps = (stall_max, v.gauge("rig_probe_max_token_gap_seconds", **e),
             v.gauge("rig_stream_max_token_gap_seconds", **e))
@@ -103,7 +103,7 @@ def _engine(v: _View, t: Thresholds) -> set[Crossing]:
 
 def _hicache(v: _View, t: Thresholds) -> set[Crossing]:
     found: set[Crossing] = set()
-    e = {"engine": "sglang", "name": ENGINE}
+    e = {"engine": ENGINE, "kind": "sglang"}
     prompts = v.increase("rig_engine_prompt_tokens_total", **e) or 0.0
     hits = {tier: v.increase("rig_engine_cache_hit_tokens_total", tier=tier, **e) or 0.0
             for tier in ("L1", "L2", "L3")}

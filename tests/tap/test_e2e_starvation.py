@@ -36,7 +36,7 @@ from tests.engines.helpers import running_sim
 SCALE = 10.0
 SCRAPE_SECONDS = 15.0  # simulated
 RULES = Path(__file__).resolve().parents[2] / "alerts" / "rig-rules.yaml"
-LABELS = {"job": "rig", "instance": "rig:9842", "engine": "sglang", "name": "main"}
+LABELS = {"job": "rig", "instance": "rig:9842", "engine": "main", "kind": "sglang"}
 
 
 async def stream(session: aiohttp.ClientSession, url: str, body: dict,
