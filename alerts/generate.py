@@ -9,7 +9,7 @@ With `--config`, the `[thresholds]` table of the exporter's config file
 overrides the defaults, so the rules fire on the same values as the exporter's
 `/api/health`. Exit status: 0 done, 1 stale (`--check`), 2 a bad config file.
 
-Metric names are the `rig_*` schema of the README. The rules live in
+Metric names are the `rig_*` schema of docs/metrics.md. The rules live in
 `alerts/rules/`, one module per concern (recording, engine, hicache, gpu, host);
 `alerts/rules/common.py` says how recorded series are named.
 """

@@ -9,13 +9,14 @@ from the same `Thresholds` as the committed rules: the holds and windows that co
 from thresholds are scaled where they land in the rule (its `for` and its ranges),
 so each is scaled once. Annotations keep the unscaled durations.
 
-Not scaled here: the exporter's own 60 s look-back of
-rig_engine_decode_stall_max_seconds. An exporter judged by a scaled copy should
-compress it too (`[[engine]] stall_window_seconds`, as `SimRig.exporter_args(
-compress_stall_window=True)` sets for the end-to-end tests and the demo), or one
-stall stays visible for more (scaled) minutes than it would.
+Scaled in the rules only: the look-back of the exporter's longest-stall gauge
+(decode_stall_window_seconds), where it lands in their ranges. An exporter judged
+by a scaled copy should compress its own too (`[[engine]] stall_window_seconds`,
+as `SimRig.exporter_args(compress_stall_window=True)` sets for the end-to-end
+tests and the demo), or one stall stays visible for more (scaled) minutes than
+it would.
 
-    python -m alerts.generate --time-scale 10 --output /tmp/rig-rules-x10.yaml
+    python -m alerts.generate --time-scale 10 --out /tmp/rig-rules-x10.yaml
 """
 
 from __future__ import annotations

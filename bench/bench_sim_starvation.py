@@ -1,11 +1,13 @@
 """The owner's starvation experiment against a real simulated-server process, over HTTP.
 
-Starts `python -m exporter.sim.engine.server` at a time scale, streams A (/generate,
-a 2,000-token prompt, decoding), sends B (a fresh 64K prompt) 5 simulated seconds
-later, and prints, per policy: A's longest gap and B's TTFT as the client measured
-them (real seconds times the scale) next to the model's simulated figures, and the
-server process's CPU time per simulated minute (from /proc/<pid>/stat), which says
-how fast a time scale the machine can keep up with.
+Starts `python -m exporter.sim.engine.server` at a time scale and runs the experiment
+`rigctl bench starvation` runs (`exporter.experiments.starvation`): A streams
+(/generate, a 2,000-token context, decoding), B sends a fresh 64K prompt 5 simulated
+seconds after A's first token. It prints, per policy: A's longest gap and B's TTFT
+as the client measured them (real seconds times the scale; the model's own figures
+are `exporter.sim.engine.scheduler.STARVATION_TABLE`), the server process's CPU time
+per simulated minute (from /proc/<pid>/stat), which says how fast a time scale the
+machine can keep up with, and the decode batches the server ran.
 
     python3 bench/bench_sim_starvation.py [--time-scale 20] [--policy default n=1 ...]
 """
@@ -20,8 +22,13 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.request
 
-import aiohttp
+from exporter.experiments.starvation import StarvationSettings, run_starvation
+
+A_CONTEXT_TOKENS = 2000
+B_PROMPT_TOKENS = 65536
+B_DELAY_SECONDS = 5.0  # simulated, from A's first token
 
 
 def free_port() -> int:
@@ -36,42 +43,9 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def generate_body(prompt: int, wanted: int) -> bytes:
-    # Encoded before the clock starts: json.dumps of 64K ids takes ~80 ms here, time
-    # in which this client's loop would not read A's frames (1.6 s simulated at x20).
-    return json.dumps({"input_ids": [7] * prompt, "stream": True,
-                       "sampling_params": {"max_new_tokens": wanted,
-                                           "ignore_eos": True}}).encode()
-
-
-async def stream(session: aiohttp.ClientSession, url: str, body: bytes,
-                 arrivals: list[float]) -> None:
-    async with session.post(url + "/generate", data=body,
-                            headers={"Content-Type": "application/json"}) as response:
-        async for line in response.content:
-            if line.startswith(b"data: {"):
-                arrivals.append(time.monotonic())
-
-
-async def experiment(url: str, scale: float) -> tuple[float, float, dict]:
-    async with aiohttp.ClientSession() as session:
-        a_frames: list[float] = []
-        b_body = generate_body(65536, 1)
-        a = asyncio.create_task(stream(session, url, generate_body(2000, 10**6), a_frames))
-        while not a_frames:
-            await asyncio.sleep(0.01)
-        await asyncio.sleep(5.0 / scale)
-        sent = time.monotonic()
-        b_frames: list[float] = []
-        await stream(session, url, b_body, b_frames)
-        await asyncio.sleep(1.0 / scale)
-        a.cancel()
-        await asyncio.gather(a, return_exceptions=True)
-        await asyncio.sleep(0.2)
-        async with session.get(url + "/sim/state") as response:
-            state = await response.json()
-    gaps = [(y - x) * scale for x, y in zip(a_frames, a_frames[1:], strict=False)]
-    return max(gaps), (b_frames[0] - sent) * scale, state
+def decode_batches(url: str) -> int:
+    with urllib.request.urlopen(url + "/sim/state", timeout=10) as response:
+        return json.load(response)["counters"]["decode_batches"]
 
 
 def run(policy: str, scale: float) -> None:
@@ -90,12 +64,17 @@ def run(policy: str, scale: float) -> None:
                 if time.monotonic() > deadline:
                     raise
                 time.sleep(0.1)
+        settings = StarvationSettings(engine=url, context_tokens=B_PROMPT_TOKENS,
+                                      a_context_tokens=A_CONTEXT_TOKENS,
+                                      delay_seconds=B_DELAY_SECONDS / scale)
         cpu_before, wall_before = cpu_seconds(server.pid), time.monotonic()
-        gap, ttft, state = asyncio.run(experiment(url, scale))
+        result = asyncio.run(run_starvation(settings))
         cpu = cpu_seconds(server.pid) - cpu_before
         simulated = (time.monotonic() - wall_before) * scale
-        print(f"| {policy} | x{scale:g} | {gap:.2f} s | {ttft:.2f} s "
-              f"| {cpu / simulated * 60:.2f} s | {state['counters']['decode_batches']} |")
+        assert result.a_max_gap_seconds is not None and result.b_ttft_seconds is not None
+        print(f"| {policy} | x{scale:g} | {result.a_max_gap_seconds * scale:.2f} s "
+              f"| {result.b_ttft_seconds * scale:.2f} s | {cpu / simulated * 60:.2f} s "
+              f"| {decode_batches(url)} |")
     finally:
         server.terminate()
         server.wait(10)

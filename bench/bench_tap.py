@@ -20,7 +20,8 @@ comparison. `--no-uvloop` runs the exporter on asyncio's loop even where uvloop 
 installed. `--batched` sends every stream's frames on one shared clock, as SGLang's
 decode steps give each running request its token at once; by default each stream
 keeps its own clock, and the frames of 16 streams rarely arrive together. Targets
-(issue #12): p99 added under 2 ms; under 2 % of a core at 16 streams x 100 frames/s.
+(docs/performance.md#the-stream-tap): p99 added under 2 ms; under 2 % of a core at 16
+streams x 100 frames/s.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Decode and latency: where the token gaps come from (DESIGN §3, §6.2).
+"""Decode and latency: where the token gaps come from (docs/design.md#four-views-of-a-token-gap).
 
 The four views of a gap share one time axis with the scheduler's state: the
 stream tap (every real request), the probe (one synthetic client), the stall
@@ -46,8 +46,9 @@ def build(t: Thresholds) -> Dashboard:
             "Longest token gap: probe, stream tap, stall tracker",
             "The longest wait for a token, as each view sees it: the stream probe's longest"
             " gap between frames (last probe), the stream tap's longest gap of any real"
-            " request in the last 60 s (a gap still open counts; absent unless the tap is"
-            " on), and the stall tracker's longest decode stall in the last 60 s. Dashed"
+            f" request in the last {t.decode_stall_window_seconds} s (a gap still open counts;"
+            " absent unless the tap is on), and the stall tracker's longest decode stall in"
+            f" the last {t.decode_stall_window_seconds} s. Dashed"
             f" lines: {t.decode_stutter_seconds:g} s (stutter) and"
             f" {t.decode_stall_critical_seconds:g} s (starvation).",
             "s",

@@ -1,10 +1,10 @@
-"""GPUs: which card is hot, and is it held down (DESIGN §4, §6.4).
+"""GPUs: which card is hot, and is it held down (docs/gpu.md).
 
 Each reading is drawn against its own limit: temperatures against the critical
 limit the driver reports, power against its cap, sclk against the top DPM level,
 PCIe against the link's maximum. On Navi 31 the hotspot throttle bit is set
-almost always, even at idle (amd-gpu.md §8.6), so the throttle timeline is read
-together with the clock.
+almost always, even at idle (docs/facts/amdgpu.md#navi-31-hotspot-bit), so the
+throttle timeline is read together with the clock.
 """
 
 from __future__ import annotations

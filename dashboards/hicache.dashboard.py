@@ -1,4 +1,4 @@
-"""KV and HiCache: how the KV cache fills and moves between tiers (DESIGN §6.3).
+"""KV and HiCache: how the KV cache fills and moves between tiers (docs/dashboards.md).
 
 L1 is GPU memory, L2 the host-RAM pool, L3 storage (NVMe). Hit shares are counter
 ratios from the recording rules the alerts use (alerts/rules/recording.py), not

@@ -1,6 +1,6 @@
-"""Host: RAM, swap, memory pressure, CPU temperature, the exporter's sources (DESIGN §6.5).
+"""Host: RAM, swap, memory pressure, CPU temperature, the exporter's sources (docs/dashboards.md).
 
-The HiCache L2 pool lives in host RAM (rig-facts: `--hicache-size 20` pins about
+The HiCache L2 pool lives in host RAM (docs/facts/rig.md#kv-capacity: `--hicache-size 20` pins about
 40 GB of the 64 GB), so host memory is part of the cache's story.
 """
 

@@ -1,4 +1,4 @@
-"""Rig overview: one stat per alert family, then the rig at a glance (DESIGN §6.1).
+"""Rig overview: one stat per alert family, then the rig at a glance (docs/dashboards.md).
 
 Each stat shows the value its alert family judges, coloured by the same
 thresholds the rules use (so it turns red when the alert's condition holds, before

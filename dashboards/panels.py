@@ -1,14 +1,15 @@
 """What every rig dashboard is built from: variables, selectors, panels and layout.
 
-Each builder produces what grafana/dashboard-linter asks for (shared reference
-anchors.md §8) by construction: one `datasource` variable; `job`, `instance` and
-`rig` variables (plus `card` and `engine` where a query uses them) that are
-multi-select, `.+` for All and refreshed on time-range change; `${datasource}` on
-every panel and target; `[$__rate_interval]` in every `rate`/`irate`/`increase`;
-a unit and a description on every panel. `tests/dashboards/test_lint.py` checks
-the generated JSON against the same rules, so a hand-written shortcut fails there.
+Each builder produces what grafana/dashboard-linter asks for
+(docs/facts/tooling.md#grafanadashboard-linter) by construction: one `datasource`
+variable; `job`, `instance` and `rig` variables (plus `card` and `engine` where a
+query uses them) that are multi-select, `.+` for All and refreshed on time-range
+change; `${datasource}` on every panel and target; `[$__rate_interval]` in every
+`rate`/`irate`/`increase`; a unit and a description on every panel.
+`tests/dashboards/test_lint.py` checks the generated JSON against the same rules, so a
+hand-written shortcut fails there.
 
-grafanalib 0.7.1 is behind Grafana on several points (anchors.md §9.2): its
+grafanalib 0.7.1 is behind Grafana on several points (docs/facts/tooling.md#grafanalib-071): its
 schemaVersion is 12, its variables refresh on load, its heatmap and state
 timeline have no unit. Those are set here, through `extraJson` where grafanalib
 has no field.

@@ -15,14 +15,25 @@ from dataclasses import dataclass
 from typing import Any
 
 from exporter import __version__
-from exporter.config import Config, ConfigError, load_config, read_config_file
+from exporter.config import (
+    GPU_BACKENDS,
+    GPU_CARD_SELECTIONS,
+    LOG_LEVELS,
+    TAP_DEFAULT_HOST,
+    Config,
+    ConfigError,
+    default_of,
+    load_config,
+    read_config_file,
+)
 
 log = logging.getLogger("exporter")
 
 
 @dataclass(frozen=True)
 class Flag:
-    """A flag that overrides one key of the TOML file."""
+    """A flag that overrides one key of the TOML file. `help` says "{default}" where
+    the key's built-in value goes, or ends with it (a key unset by default: not)."""
 
     flag: str
     section: str
@@ -30,27 +41,44 @@ class Flag:
     help: str
     type: type = str
 
+    def help_text(self) -> str:
+        value = default_of(self.section, self.key)
+        if value is None:
+            return self.help
+        if "{default}" in self.help:
+            return self.help.format(default=shown(value))
+        return f"{self.help} (default {shown(value)})"
+
 
 FLAGS = (
     Flag("--web.listen-address", "web", "listen_address",
-         "HOST:PORT to serve on (default 127.0.0.1:9842; use 0.0.0.0:PORT to open it)"),
+         "HOST:PORT to serve on (default {default}; use 0.0.0.0:PORT to open it)"),
     Flag("--web.scrape-deadline", "web", "scrape_deadline_seconds",
-         "seconds each source may take per scrape (default 8)", float),
+         "seconds each source may take per scrape", float),
     Flag("--web.config.file", "web", "config_file",
-         "exporter-toolkit web config (YAML): TLS and basic auth; see README"),
-    Flag("--sysfs.root", "gpu", "sysfs_root", "root of the sysfs tree to read (default /sys)"),
-    Flag("--gpu.backend", "gpu", "backend", "auto | sysfs | pyrsmi | none (default auto)"),
+         "exporter-toolkit web config (YAML): TLS and basic auth; see docs/configuration.md"),
+    Flag("--sysfs.root", "gpu", "sysfs_root", "root of the sysfs tree to read"),
+    Flag("--gpu.backend", "gpu", "backend", " | ".join(GPU_BACKENDS)),
     Flag("--gpu.cards", "gpu", "cards",
-         "cards to read: discrete | all | PCI addresses, comma-separated (default discrete)"),
+         f"cards to read: {' | '.join(GPU_CARD_SELECTIONS)} | PCI addresses, comma-separated"),
     Flag("--gpu.expected-cards", "gpu", "expected_cards",
-         "cards the rig should have; fewer pages RigGpuMissing; 0 disables (default 2)", int),
-    Flag("--proc.root", "host", "proc_root", "root of the procfs tree to read (default /proc)"),
+         "cards the rig should have; fewer pages RigGpuMissing; 0 disables", int),
+    Flag("--proc.root", "host", "proc_root", "root of the procfs tree to read"),
     Flag("--health.sample-interval", "health", "sample_interval_seconds",
          "seconds without a scrape after which the exporter reads a snapshot for the health "
-         "checks' windows itself; 0: never (default 15)", float),
-    Flag("--log.level", "log", "level", "debug | info | warning | error (default info)"),
+         "checks' windows itself; 0: never", float),
+    Flag("--log.level", "log", "level", " | ".join(LOG_LEVELS)),
 )
 COLLECTOR_SWITCHES = {"gpu": "gpu", "host": "host"}
+
+
+def shown(value: object) -> str:
+    """A default as --help writes it: 8.0 as 8, True as on."""
+    if isinstance(value, bool):
+        return "on" if value else "off"
+    if isinstance(value, float):
+        return f"{value:g}"
+    return str(value)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -59,16 +87,19 @@ def build_parser() -> argparse.ArgumentParser:
         description="Prometheus exporter for an LLM inference rig (engines, AMD GPUs, host).",
     )
     parser.add_argument("--config.file", dest="config_file", metavar="PATH",
-                        help="TOML config file (see README)")
+                        help="TOML config file (see docs/configuration.md)")
     for f in FLAGS:
-        parser.add_argument(f.flag, dest=f"{f.section}.{f.key}", type=f.type, help=f.help)
+        parser.add_argument(f.flag, dest=f"{f.section}.{f.key}", type=f.type,
+                            help=f.help_text())
     for name, section in COLLECTOR_SWITCHES.items():
         parser.add_argument(f"--collector.{name}", dest=f"{section}.enabled",
                             action=argparse.BooleanOptionalAction,
-                            help=f"read the {name} source (default on)")
+                            help=f"read the {name} source "
+                                 f"(default {shown(default_of(section, 'enabled'))})")
     parser.add_argument("--web.access-log", dest="web.access_log",
                         action=argparse.BooleanOptionalAction,
-                        help="log one line per HTTP request (default off)")
+                        help="log one line per HTTP request "
+                             f"(default {shown(default_of('web', 'access_log'))})")
     parser.add_argument(
         "--engine", action="append", metavar="NAME=URL[,key=value...]",
         help="an engine to scrape, e.g. main=http://127.0.0.1:30000,kind=sglang,"
@@ -101,7 +132,8 @@ def add_tap_flag(parser: argparse.ArgumentParser) -> None:
         "--tap.listen-address", dest="tap_listen_address", action="append",
         metavar="NAME=HOST:PORT",
         help="put the stream tap in front of engine NAME, listening on HOST:PORT (a bare "
-             "PORT means 127.0.0.1); sets that engine's tap_listen_address; repeatable")
+             f"PORT means {TAP_DEFAULT_HOST}); sets that engine's tap_listen_address; "
+             "repeatable")
 
 
 def apply_tap_flags(raw: dict[str, Any], specs: Sequence[str]) -> None:

@@ -21,6 +21,9 @@ DEFAULT_LISTEN_ADDRESS = "127.0.0.1:9842"
 ENGINE_KINDS = ("sglang", "vllm")
 GPU_BACKENDS = ("auto", "sysfs", "pyrsmi", "none")
 GPU_CARD_SELECTIONS = ("discrete", "all")
+LOG_LEVELS = ("debug", "info", "warning", "error")
+# Where a tap address without a host listens: binding wider is explicit.
+TAP_DEFAULT_HOST = "127.0.0.1"
 _PCI_ADDRESS = re.compile(r"^[0-9a-f]{4,8}:[0-9a-f]{2}:[01][0-9a-f]\.[0-7]$")
 
 
@@ -65,14 +68,15 @@ class EngineConfig:
     # The stall tracker reads the engine's counters 4 times a second.
     stall_tracker: bool = True
     stall_poll_interval_seconds: float = 0.25
-    # rig_engine_decode_stall_max_seconds looks back this far. Only a time-compressed
-    # test rig (exporter/sim) sets it, to match its compressed rules.
-    stall_window_seconds: float = 60.0
+    # rig_engine_decode_stall_max_seconds looks back this far: by default the
+    # `[thresholds]` decode_stall_window_seconds the rules are written for. Only a
+    # time-compressed test rig (exporter/sim) sets it, to match its compressed rules.
+    stall_window_seconds: float = Thresholds.decode_stall_window_seconds
     # SGLang's PROMETHEUS_MULTIPROC_DIR: the tracker reads the counters from its files
     # (no engine work) instead of /metrics under a 2 % budget. "" : not set.
     metrics_dir: str = ""
     # Empty: no stream tap. Else HOST:PORT for the tap, the proxy agents use instead
-    # of `url`; a bare port or ":PORT" means 127.0.0.1 (binding wider is explicit).
+    # of `url`; a bare port or ":PORT" means TAP_DEFAULT_HOST.
     tap_listen_address: str = ""
 
 
@@ -83,8 +87,8 @@ class GpuConfig:
     sysfs_root: str = "/sys"
     # "discrete" skips the Ryzen's iGPU; "all"; or a tuple of PCI addresses.
     cards: str | tuple[str, ...] = "discrete"
-    # rig-facts: 2x RX 7900 XTX. Exported as rig_gpu_expected_cards for
-    # RigGpuMissing; 0 disables the count.
+    # 2x RX 7900 XTX (docs/facts/rig.md#hardware-and-software). Exported as
+    # rig_gpu_expected_cards for RigGpuMissing; 0 disables the count.
     expected_cards: int = 2
 
 
@@ -112,6 +116,18 @@ class Config:
     log_level: str = "info"
 
 
+# The dataclass of each single table of the TOML file: its field defaults are the keys'.
+TABLE_CLASSES: dict[str, type] = {"web": WebConfig, "gpu": GpuConfig, "host": HostConfig,
+                                  "health": HealthConfig}
+
+
+def default_of(table: str, key: str) -> Any:
+    """The built-in value of one key of the TOML file, e.g. ("web", "listen_address")."""
+    if (table, key) == ("log", "level"):
+        return Config.log_level
+    return getattr(TABLE_CLASSES[table], key)
+
+
 def read_config_file(path: str | Path) -> dict[str, Any]:
     try:
         with open(path, "rb") as f:
@@ -123,21 +139,22 @@ def read_config_file(path: str | Path) -> dict[str, Any]:
 
 
 def load_config(raw: Mapping[str, Any]) -> Config:
-    """Validate a mapping shaped like the TOML file (see README) into a Config."""
+    """Validate a mapping shaped like the TOML file (docs/configuration.md) into a Config."""
     _reject_unknown("", raw, {"web", "engine", "gpu", "host", "health", "thresholds", "log"})
-    engines = raw.get("engine", [])
-    if not isinstance(engines, list):
-        raise ConfigError("engine", engines, "must be an array of tables ([[engine]])")
-    parsed = tuple(_engine(i, e) for i, e in enumerate(engines))
-    names = [e.name for e in parsed]
-    for name in names:
-        if names.count(name) > 1:
-            raise ConfigError("engine.name", name, "engine names must be unique")
     thresholds_raw = _table(raw, "thresholds")
     try:
         thresholds = Thresholds.from_mapping(thresholds_raw)
     except ValueError as exc:
         raise ConfigError("thresholds", thresholds_raw, str(exc)) from exc
+    engines = raw.get("engine", [])
+    if not isinstance(engines, list):
+        raise ConfigError("engine", engines, "must be an array of tables ([[engine]])")
+    parsed = tuple(_engine(i, e, thresholds.decode_stall_window_seconds)
+                   for i, e in enumerate(engines))
+    names = [e.name for e in parsed]
+    for name in names:
+        if names.count(name) > 1:
+            raise ConfigError("engine.name", name, "engine names must be unique")
     log_table = _table(raw, "log")
     _reject_unknown("log", log_table, {"level"})
     return Config(
@@ -147,28 +164,32 @@ def load_config(raw: Mapping[str, Any]) -> Config:
         host=_host(_table(raw, "host")),
         health=_health(_table(raw, "health")),
         thresholds=thresholds,
-        log_level=_choice("log.level", log_table.get("level", "info"),
-                          ("debug", "info", "warning", "error")),
+        log_level=_choice("log.level", log_table.get("level", Config.log_level), LOG_LEVELS),
     )
 
 
 def _web(t: Mapping[str, Any]) -> WebConfig:
     _reject_unknown("web", t, set(WebConfig.__dataclass_fields__))
-    address = _str("web.listen_address", t.get("listen_address", DEFAULT_LISTEN_ADDRESS))
+    defaults = WebConfig()
+    address = _str("web.listen_address", t.get("listen_address", defaults.listen_address))
     host, sep, port = address.rpartition(":")
     if not sep or not port.isdigit() or not 0 <= int(port) <= 65535:
-        raise ConfigError("web.listen_address", address, "expected HOST:PORT, e.g. 127.0.0.1:9842")
-    deadline = _positive("web.scrape_deadline_seconds", t.get("scrape_deadline_seconds", 8.0))
-    config_file = t.get("config_file")
+        raise ConfigError("web.listen_address", address,
+                          f"expected HOST:PORT, e.g. {DEFAULT_LISTEN_ADDRESS}")
+    deadline = _positive("web.scrape_deadline_seconds",
+                         t.get("scrape_deadline_seconds", defaults.scrape_deadline_seconds))
+    config_file = t.get("config_file", defaults.config_file)
     return WebConfig(
         listen_address=address,
         scrape_deadline_seconds=deadline,
         config_file=None if config_file is None else _str("web.config_file", config_file),
-        access_log=_bool("web.access_log", t.get("access_log", False)),
+        access_log=_bool("web.access_log", t.get("access_log", defaults.access_log)),
     )
 
 
-def _engine(index: int, t: object) -> EngineConfig:
+def _engine(index: int, t: object, stall_window_seconds: float) -> EngineConfig:
+    """One [[engine]] table; `stall_window_seconds` is the window it has unless it
+    sets its own (the threshold, already validated)."""
     key = f"engine[{index}]"
     if not isinstance(t, Mapping):
         raise ConfigError(key, t, "must be a table")
@@ -213,12 +234,11 @@ def _engine(index: int, t: object) -> EngineConfig:
             t.get("stall_poll_interval_seconds", defaults.stall_poll_interval_seconds),
         ),
         stall_window_seconds=_positive(
-            f"{key}.stall_window_seconds",
-            t.get("stall_window_seconds", defaults.stall_window_seconds),
-        ),
-        metrics_dir=_metrics_dir(f"{key}.metrics_dir", t.get("metrics_dir", "")),
+            f"{key}.stall_window_seconds", t["stall_window_seconds"],
+        ) if "stall_window_seconds" in t else stall_window_seconds,
+        metrics_dir=_metrics_dir(f"{key}.metrics_dir", t.get("metrics_dir", defaults.metrics_dir)),
         tap_listen_address=_tap_address(f"{key}.tap_listen_address",
-                                        t.get("tap_listen_address", "")),
+                                        t.get("tap_listen_address", defaults.tap_listen_address)),
     )
 
 
@@ -239,8 +259,8 @@ def _tap_address(key: str, value: object) -> str:
         return ""
     host, sep, port = address.rpartition(":")
     if not port.isdigit() or not 0 < int(port) <= 65535:
-        raise ConfigError(key, value, "expected HOST:PORT, e.g. 127.0.0.1:30001")
-    return f"{host if sep and host else '127.0.0.1'}:{port}"
+        raise ConfigError(key, value, f"expected HOST:PORT, e.g. {TAP_DEFAULT_HOST}:30001")
+    return f"{host if sep and host else TAP_DEFAULT_HOST}:{port}"
 
 
 def _gpu(t: Mapping[str, Any]) -> GpuConfig:
@@ -250,9 +270,9 @@ def _gpu(t: Mapping[str, Any]) -> GpuConfig:
     if isinstance(expected, str) and expected.isdigit():  # from --gpu.expected-cards
         expected = int(expected)
     return GpuConfig(
-        enabled=_bool("gpu.enabled", t.get("enabled", True)),
-        backend=_choice("gpu.backend", t.get("backend", "auto"), GPU_BACKENDS),
-        sysfs_root=_str("gpu.sysfs_root", t.get("sysfs_root", "/sys")),
+        enabled=_bool("gpu.enabled", t.get("enabled", defaults.enabled)),
+        backend=_choice("gpu.backend", t.get("backend", defaults.backend), GPU_BACKENDS),
+        sysfs_root=_str("gpu.sysfs_root", t.get("sysfs_root", defaults.sysfs_root)),
         cards=_gpu_cards(t.get("cards", defaults.cards)),
         expected_cards=int(_non_negative("gpu.expected_cards", expected, integer=True)),
     )
@@ -275,17 +295,19 @@ def _gpu_cards(value: object) -> str | tuple[str, ...]:
 
 
 def _host(t: Mapping[str, Any]) -> HostConfig:
-    _reject_unknown("host", t, {"enabled", "proc_root"})
+    _reject_unknown("host", t, set(HostConfig.__dataclass_fields__))
+    defaults = HostConfig()
     return HostConfig(
-        enabled=_bool("host.enabled", t.get("enabled", True)),
-        proc_root=_str("host.proc_root", t.get("proc_root", "/proc")),
+        enabled=_bool("host.enabled", t.get("enabled", defaults.enabled)),
+        proc_root=_str("host.proc_root", t.get("proc_root", defaults.proc_root)),
     )
 
 
 def _health(t: Mapping[str, Any]) -> HealthConfig:
-    _reject_unknown("health", t, {"sample_interval_seconds"})
+    _reject_unknown("health", t, set(HealthConfig.__dataclass_fields__))
     return HealthConfig(sample_interval_seconds=_non_negative(
-        "health.sample_interval_seconds", t.get("sample_interval_seconds", 15.0)))
+        "health.sample_interval_seconds",
+        t.get("sample_interval_seconds", HealthConfig.sample_interval_seconds)))
 
 
 def _table(raw: Mapping[str, Any], key: str) -> Mapping[str, Any]:

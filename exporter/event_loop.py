@@ -2,7 +2,7 @@
 
 uvloop (libuv, in C) costs less per socket wake-up than asyncio's selector loop. The
 stream tap wakes once per frame it relays, and there uvloop took about a fifth off
-the tap's CPU per frame at 16 streams (bench/bench_tap.py, README "Stream tap").
+the tap's CPU per frame at 16 streams (docs/performance.md#the-stream-tap).
 The exporter behaves the same on both; uvloop is the optional `fast` extra.
 """
 

@@ -61,7 +61,7 @@ async def read_source(source: Source, deadline_seconds: float) -> SourceResult:
     try:
         # asyncio.timeout rather than wait_for: on Python 3.11 wait_for can swallow a
         # cancellation that lands as the read completes, and the exporter then never
-        # stops (issue #7 problem 6).
+        # stops (CPython gh-86296; docs/stall-tracker.md#stopping).
         async with asyncio.timeout(deadline_seconds):
             reading = await source.read()
     except TimeoutError:

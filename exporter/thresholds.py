@@ -7,8 +7,8 @@ a value in one place, the `[thresholds]` table of the exporter's config file:
 the exporter validates it with `Thresholds.from_mapping`, and the generators
 read the same table with `thresholds_from_config(path)`.
 
-Defaults come from the owner's measurements (shared reference rig-facts.md,
-cited as "rig-facts") and DESIGN §5. Durations are seconds (`*_seconds`),
+Defaults come from the owner's measurements (docs/facts/rig.md) and the alert
+list of docs/alerts.md. Durations are seconds (`*_seconds`),
 ratios are 0..1, temperatures °C. Stdlib only: this module is imported by the
 exporter, the CLI and the rule generator alike.
 """
@@ -33,17 +33,23 @@ class Thresholds:
     rate_window_seconds: int = 300
 
     # --- decode (stall tracker and stream probe) ---------------------------
-    # DESIGN §5: no decode progress for >= 10 s is starvation. rig-facts: the
-    # default scheduler stalls a 64K decode for 47.23 s during a 64K prefill.
+    # No decode progress for >= 10 s is starvation (docs/alerts.md). The default
+    # scheduler stalls a 64K decode for 47.23 s during a 64K prefill
+    # (docs/facts/rig.md#decode-starvation).
     decode_stall_critical_seconds: float = 10.0
     decode_starvation_for_seconds: int = 30
-    # rig-facts: mixed chunk / N=1 still pauses decode ~4 s per prefill chunk.
+    # The exporter's longest-gap gauges (stall tracker, stream tap) look back this
+    # far; the rules' ranges over them add it, and the stutter rule steps by it.
+    decode_stall_window_seconds: int = 60
+    # Mixed chunk or N=1 still pauses decode ~4 s per prefill chunk
+    # (docs/facts/rig.md#decode-starvation).
     decode_stutter_seconds: float = 2.0
     decode_stutter_count: int = 3
     decode_stutter_window_seconds: int = 600
     decode_stutter_for_seconds: int = 60
     # Queued requests, nothing running, no decode batch: longer than the
-    # longest legitimate cold prefill (rig-facts: 243.81 s for 192K tokens).
+    # longest legitimate cold prefill (243.81 s for 192K tokens,
+    # docs/facts/rig.md#latency-and-throughput).
     engine_wedged_seconds: int = 300
     # An engine restart (27B TP2 load, graph capture) takes minutes.
     engine_down_for_seconds: int = 300
@@ -56,13 +62,14 @@ class Thresholds:
     # --- HiCache ------------------------------------------------------------
     hicache_host_pool_ratio: float = 0.98
     hicache_host_pool_for_seconds: int = 300
-    # ~240K tokens per 10 min: the whole L1 pool (rig-facts: 231,914 tokens)
-    # moving down to L2 and back up every ten minutes.
+    # ~240K tokens per 10 min: the whole L1 pool (231,914 tokens,
+    # docs/facts/rig.md#kv-capacity) moving down to L2 and back up every ten minutes.
     hicache_churn_tokens_per_second: float = 400.0
     hicache_l2_hit_ratio: float = 0.2
     hicache_churn_for_seconds: int = 600
     # Half of a 64K session: a long prompt recomputed from scratch
-    # (rig-facts: 48.13 s at 64K versus 0.546 s restored from L2).
+    # (48.13 s at 64K versus 0.546 s restored from L2,
+    # docs/facts/rig.md#latency-and-throughput).
     hicache_recompute_tokens: int = 32768
     hicache_recompute_window_seconds: int = 900
     hicache_recompute_for_seconds: int = 60
@@ -75,7 +82,7 @@ class Thresholds:
     # --- GPU ----------------------------------------------------------------
     gpu_busy_ratio: float = 0.8  # "under load"
     gpu_sclk_ratio: float = 0.8
-    # 7900 XTX junction critical limit is 110 °C (amd-gpu.md §10).
+    # 7900 XTX junction critical limit is 110 °C (docs/facts/amdgpu.md#rx-7900-xtx-numbers).
     gpu_junction_margin_celsius: float = 5.0
     gpu_downclock_for_seconds: int = 120
     gpu_downclock_critical_for_seconds: int = 600
@@ -84,13 +91,15 @@ class Thresholds:
     gpu_power_cap_ratio: float = 0.95
     gpu_power_capped_for_seconds: int = 300
     gpu_missing_for_seconds: int = 60
-    # rig-facts: the B850 board runs both slots at x8; narrower is degraded.
+    # The B850 board runs both slots at x8 (docs/facts/rig.md#hardware-and-software);
+    # narrower is degraded.
     gpu_pcie_min_width_lanes: int = 8
     gpu_pcie_for_seconds: int = 300
 
     # --- host ---------------------------------------------------------------
     host_swap_io_bytes_per_second: float = 1.0 * MIB
-    # rig-facts: 62 MiB of swap, not growing; ~115 MiB per 30 min is growth.
+    # 62 MiB of swap, not growing (docs/facts/rig.md#kv-capacity); ~115 MiB per
+    # 30 min is growth.
     host_swap_growth_bytes_per_second: float = 64.0 * 1024
     host_swap_growth_window_seconds: int = 1800
     host_swapping_for_seconds: int = 600

@@ -99,16 +99,17 @@ async def landing_page(request: web.Request) -> web.Response:
 
 
 def _streams_table(snapshot: Snapshot) -> str:
-    """Streams in flight through each tap and the worst gap between tokens of the last minute."""
+    """Streams in flight through each tap and the worst gap between tokens of its window."""
     readings = tap_readings(snapshot)
     if not readings:
         return ""
     rows = "\n".join(
         f"<tr><td>{html.escape(r.name)}</td><td>{r.active}</td>"
         f"<td>{r.max_gap_seconds:.2f} s</td></tr>" for r in readings)
+    windows = "/".join(sorted({f"{r.window_seconds:g}" for r in readings}))
     return f"""<h2>Streams through the tap</h2>
 <table border="1" cellpadding="4">
-<tr><th>engine</th><th>streams in flight</th><th>worst token gap, last 60 s</th></tr>
+<tr><th>engine</th><th>streams in flight</th><th>worst token gap, last {windows} s</th></tr>
 {rows}
 </table>
 """

@@ -6,8 +6,15 @@ from pathlib import Path
 
 import pytest
 
-from exporter.cli import build_parser, config_from_args, main
-from exporter.config import DEFAULT_LISTEN_ADDRESS, ConfigError, load_config
+from exporter.cli import FLAGS, build_parser, config_from_args, main
+from exporter.config import (
+    DEFAULT_LISTEN_ADDRESS,
+    Config,
+    ConfigError,
+    EngineConfig,
+    WebConfig,
+    load_config,
+)
 
 
 def config_for(argv: list[str]):
@@ -25,6 +32,21 @@ class TestDefaults:
         config = load_config({})
         assert config.web.listen_address == DEFAULT_LISTEN_ADDRESS
         assert config.web.host == "127.0.0.1"
+
+    def test_an_empty_file_is_the_dataclass_defaults(self) -> None:
+        assert load_config({}) == Config()
+        raw = {"engine": [{"name": "main", "url": "http://127.0.0.1:30000"}]}
+        assert load_config(raw).engines == (
+            EngineConfig(name="main", url="http://127.0.0.1:30000"),)
+
+    def test_help_shows_the_dataclass_defaults(self) -> None:
+        helps = {f.flag: f.help_text() for f in FLAGS}
+        assert helps["--web.scrape-deadline"] == (
+            f"seconds each source may take per scrape "
+            f"(default {WebConfig.scrape_deadline_seconds:g})")
+        assert f"(default {DEFAULT_LISTEN_ADDRESS}; use" in helps["--web.listen-address"]
+        assert helps["--log.level"] == "debug | info | warning | error (default info)"
+        assert "default" not in helps["--web.config.file"]  # unset unless given
 
     def test_no_engines_and_auto_gpu_backend(self) -> None:
         config = load_config({})
@@ -87,6 +109,16 @@ sysfs_root = "/tmp/sys"
         (engine,) = config_for(
             ["--engine", "main=http://127.0.0.1:30000,stall_window_seconds=6"]).engines
         assert engine.stall_window_seconds == 6
+
+    def test_the_stall_window_follows_the_threshold_unless_the_engine_sets_one(
+            self, tmp_path: Path) -> None:
+        path = write(tmp_path, "[thresholds]\ndecode_stall_window_seconds = 120\n")
+        (engine,) = config_for(["--config.file", str(path),
+                                "--engine", "main=http://127.0.0.1:30000"]).engines
+        assert engine.stall_window_seconds == 120
+        (engine,) = config_for(["--config.file", str(path), "--engine",
+                                "main=http://127.0.0.1:30000,stall_window_seconds=12"]).engines
+        assert engine.stall_window_seconds == 12
 
 
 class TestErrors:

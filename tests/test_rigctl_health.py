@@ -178,7 +178,8 @@ def test_healthy_rig_exits_0(tmp_path: Path) -> None:
 
 def test_thermal_downclock_exits_2_naming_the_card_and_its_junction(tmp_path: Path) -> None:
     # card2 breathes card1's exhaust: junction 107 °C of 110 °C, sclk held at
-    # 1650 of 2304 MHz under full load (rig-facts, before the extra fans).
+    # 1650 of 2304 MHz under full load (the illustrative throttle of
+    # docs/facts/amdgpu.md#contrast-samples).
     hot = dataclasses.replace(RIG_CARDS[1], junction_mc=107000, memory_mc=96000,
                               sclk_hz=1650000000, busy_percent=100)
 
@@ -215,8 +216,8 @@ def test_prefill_starving_decode_exits_2_naming_the_engine_and_the_stall(tmp_pat
 
 
 def test_hicache_thrash_raises_the_hicache_checks_and_no_others(tmp_path: Path) -> None:
-    # rig-facts: four agents at 65 % of a 196K context outgrow L1 and L2: 5,112 prompt
-    # tokens/s, 767 of them back from L2, 5,112 evicted, L2 99 % full.
+    # Four agents at 65 % of a 196K context outgrow L1 and L2 (docs/facts/rig.md#kv-capacity):
+    # 5,112 prompt tokens/s, 767 of them back from L2, 5,112 evicted, L2 99 % full.
     engine = SimEngine(hicache_host_total_tokens=319193, hicache_host_used_tokens=316000,
                        evicted_tokens=0.0, loaded_back_tokens=0.0)
 

@@ -22,7 +22,7 @@ from tests.scrape import free_port, get, names, parse_samples, serving, value
 
 REPO = Path(__file__).resolve().parent.parent
 
-# Every GPU family of DESIGN §2 that a 7900 XTX on kernel 6.6+ fills (counters by their
+# Every GPU family of docs/metrics.md that a 7900 XTX on kernel 6.6+ fills (counters by their
 # sample name; rig_gpu_energy_joules_total needs firmware that fills the accumulator).
 GPU_FAMILIES = {
     "rig_gpu_present", "rig_gpu_info", "rig_gpu_expected_cards", "rig_gpu_temperature_celsius",

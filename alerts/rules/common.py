@@ -21,8 +21,6 @@ CARD_SUBJECT = "Card {{ $labels.card }} on {{ $labels.instance }}"
 # A count read through increase(), which extrapolates (3 retractions can read
 # 3.305): printed as the whole number it stands for.
 COUNT = '{{ $value | printf "%.0f" }}'
-# rig_engine_decode_stall_max_seconds looks back this far (exporter/engines/stall/tracker.py).
-STALL_MAX_WINDOW_SECONDS = 60
 # rig_source_up for the engine sources, with the engine's `name` label so that it
 # joins (and inhibits) the engine's own alerts.
 ENGINE_SOURCE_UP = (

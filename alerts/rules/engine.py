@@ -7,7 +7,6 @@ from alerts.rules.common import (
     ENGINE,
     ENGINE_SOURCE_UP,
     ENGINE_SUBJECT,
-    STALL_MAX_WINDOW_SECONDS,
     Alert,
     dur,
     num,
@@ -21,18 +20,21 @@ def engine_alerts(t: Thresholds) -> list[Alert]:
     wedged = dur(t.engine_wedged_seconds)
     stutter_lo = num(t.decode_stutter_seconds)
     stutter_window = dur(t.decode_stutter_window_seconds)
-    # The alert's window: the 60 s max the tracker reports, plus the hold. The
-    # value is the longest stall in it, not the one read when the alert fires.
-    longest = dur(t.decode_starvation_for_seconds + STALL_MAX_WINDOW_SECONDS)
+    # The alert's window: the window of the maxima the exporter reports, plus the
+    # hold. The value is the longest stall in it, not the one read when it fires.
+    longest = dur(t.decode_starvation_for_seconds + t.decode_stall_window_seconds)
+    # Both maxima cover the stall window, so a subquery stepping by it counts each
+    # window with a stall once.
+    step = dur(t.decode_stall_window_seconds)
     kv_for = dur(t.kv_saturated_for_seconds)
     return [
         Alert(
             "RigDecodeStarvation",
             "critical",
             # The tap, the stall tracker (4 Hz) and the probe see single long gaps;
-            # the ITL histogram spreads a gap over the tokens after it (sglang-metrics
-            # §5). The tap comes first: where it fires, its value (what the agents
-            # waited) is the one reported.
+            # the ITL histogram spreads a gap over the tokens after it
+            # (docs/facts/sglang.md#inter-token-latency-histogram). The tap comes first:
+            # where it fires, its value (what the agents waited) is the one reported.
             f"""
 max_over_time(rig_stream_max_token_gap_seconds[{longest}])
 and rig_stream_max_token_gap_seconds >= {stall}
@@ -55,10 +57,9 @@ and rig_probe_max_token_gap_seconds >= {stall}
         Alert(
             "RigDecodeStuttering",
             "warning",
-            # Both maxima cover the last 60 s, so a 1m subquery step counts each
-            # minute with a stall once. The tap's gap, where it has one, is preferred;
-            # `max without ()` drops the metric name (and only it: target labels
-            # such as `rig` stay) so the minutes of both count as one series.
+            # The tap's gap, where it has one, is preferred; `max without ()` drops
+            # the metric name (and only it: target labels such as `rig` stay) so the
+            # minutes of both count as one series.
             f"""
 count_over_time(
   (
@@ -67,7 +68,7 @@ count_over_time(
       or on({ENGINE})
       rig_engine_decode_stall_max_seconds >= {stutter_lo} < {stall}
     )
-  )[{stutter_window}:1m]
+  )[{stutter_window}:{step}]
 ) >= {t.decode_stutter_count}
 """,
             t.decode_stutter_for_seconds,
@@ -114,7 +115,8 @@ and on(job, instance, name)
             "critical",
             # vllm#46811 saw running read 0 during a real hang, so "running and
             # no decode" alone misses it. Held longer than a legitimate cold
-            # prefill, which also shows running = 0 (rig-facts: 243.81 s at 192K).
+            # prefill, which also shows running = 0 (243.81 s at 192K,
+            # docs/facts/rig.md#latency-and-throughput).
             f"""
 rig_engine_queued_requests > 0
 and on({ENGINE})

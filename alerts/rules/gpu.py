@@ -8,7 +8,8 @@ from exporter.thresholds import Thresholds
 
 def gpu_alerts(t: Thresholds) -> list[Alert]:
     # The TEMP_HOTSPOT bit (thermal_junction) is set even at idle on Navi 31
-    # (amd-gpu.md §8.6), so it only counts through the junction temperature.
+    # (docs/facts/amdgpu.md#navi-31-hotspot-bit), so it only counts through the junction
+    # temperature.
     downclock = f"""
 {SCLK_RATIO} < {num(t.gpu_sclk_ratio)}
 and on({CARD})
@@ -143,7 +144,7 @@ _EXPECTED = (
 
 def gpu_missing(t: Thresholds, look_first: str) -> list[Alert]:
     """One page per fault. A card the exporter saw and lost keeps its series at 0
-    (DESIGN §4) and pages with its card label. The count pages only for cards the
+    (docs/gpu.md#which-cards) and pages with its card label. The count pages only for cards the
     exporter never saw (none at all, or fewer than expected after a restart):
     while the known cards, vanished ones included, make up the expected number,
     a shortfall is already paged card by card."""

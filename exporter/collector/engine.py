@@ -91,7 +91,7 @@ def _stall_families(ids: list[str], stall: StallState) -> Iterable[Metric]:
                     "batch); 0 while decoding.", LABELS)
     current.add_metric(ids, stall.current_seconds)
     longest = gauge("engine_decode_stall_max_seconds",
-                    "Longest decode stall in the last 60 s.", LABELS)
+                    f"Longest decode stall in the last {stall.window_seconds:g} s.", LABELS)
     longest.add_metric(ids, stall.max_recent_seconds)
     total = counter("engine_decode_stalled_seconds_total",
                     "Time spent in decode stalls since the exporter started.", LABELS)

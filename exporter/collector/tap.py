@@ -42,8 +42,8 @@ def _(reading: TapReading) -> Iterator[Metric]:
     gaps.add_metric(ids, list(reading.gap_buckets), reading.gap_sum)
     yield gaps
     longest = gauge("stream_max_token_gap_seconds",
-                    "Tap: the longest gap between tokens of any stream in the last 60 s, "
-                    "a gap still open included.", LABELS)
+                    "Tap: the longest gap between tokens of any stream in the last "
+                    f"{reading.window_seconds:g} s, a gap still open included.", LABELS)
     longest.add_metric(ids, reading.max_gap_seconds)
     yield longest
     active = gauge("stream_active", "Tap: streamed responses in flight.", LABELS)

@@ -1,7 +1,7 @@
 """The engine's identity and scheduling flags, for rig_engine_info.
 
 SGLang answers `/server_info` (0.5.23 deprecates the older `/get_server_info`) with
-every server flag plus `version` (reference/sglang-metrics.md §7.2). vLLM has no such
+every server flag plus `version` (docs/facts/sglang.md#versions-and-server-info). vLLM has no such
 endpoint; `/version` and `/v1/models` give its version and model.
 """
 

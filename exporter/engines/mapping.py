@@ -2,8 +2,9 @@
 
 One table per engine kind. A rule lists its upstream families in order of preference;
 the first one the engine exposes wins, which is how renames across versions are
-mapped (DESIGN §2, reference/sglang-metrics.md §3 and §10.1). Names carry no prefix
-here: `sglang:` and `sglang_` (or `vllm:` / `vllm_`) are both tried (reference §2.4).
+mapped (docs/metrics.md#engine-metrics, docs/facts/sglang.md#families-by-release).
+Names carry no prefix here: `sglang:` and `sglang_` (or `vllm:` / `vllm_`) are both
+tried (docs/facts/sglang.md#names-and-prefixes).
 """
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ class Rule:
     type: str  # gauge | counter | histogram: what the upstream TYPE line must say
     sources: tuple[Upstream, ...]
     #: "sum" adds DP ranks (and streaming/non-streaming, tiers' sources, ...);
-    #: "max" is for ratios, where a sum across ranks means nothing (reference §2.5).
+    #: "max" is for ratios, where a sum across ranks means nothing (docs/metrics.md#engine-metrics).
     combine: str = "sum"
     #: Written by every TP rank; without a `tp_rank` label the multiprocess registry
     #: has added the ranks up, so the value is divided by tp_size.
@@ -62,11 +63,13 @@ def _one(name: str, **kwargs: object) -> tuple[Upstream, ...]:
     return (Upstream(name, **kwargs),)  # type: ignore[arg-type]
 
 
-# With --enable-priority-scheduling the total is under priority="" (reference §3.1).
+# With --enable-priority-scheduling the total is under priority=""
+# (docs/facts/sglang.md#running-gauge).
 _TOTAL_PRIORITY = {"priority": ""}
 
 # SGLang's own decode-batch counter: incremented once per decode batch
-# (reference §3.3); prefill modes exist in newer versions and are not decode.
+# (docs/facts/sglang.md#decode-pass-counter); prefill modes exist in newer versions and
+# are not decode.
 _SGLANG_DECODE_BATCHES = Rule(
     "decode_batches_total", "counter",
     _one("cuda_graph_passes_total", where={"mode": "decode_.*"}),
@@ -80,7 +83,8 @@ SGLANG = EngineTable(
     rules=(
         _SGLANG_RUNNING,
         Rule("queued_requests", "gauge", _one("num_queue_reqs", where=_TOTAL_PRIORITY)),
-        # kv_cache_usage_perc in the newest docs, token_usage before (reference §3.1).
+        # kv_cache_usage_perc in the newest docs, token_usage before
+        # (docs/facts/sglang.md#names-and-prefixes).
         # On hybrid (Mamba) models token_usage is max(full, mamba) (0.5.10
         # scheduler_metrics_mixin.py, 0.5.23 pool_stats_observer.py); full_token_usage
         # (0.5.10 on) is the KV pool alone, which is what RigKVPoolSaturated means.
@@ -90,10 +94,11 @@ SGLANG = EngineTable(
         Rule("kv_capacity_tokens", "gauge", _one("max_total_num_tokens")),
         Rule("prompt_tokens_total", "counter", _one("prompt_tokens_total")),
         Rule("generation_tokens_total", "counter", _one("generation_tokens_total")),
-        # Tokenizer-side hits of finished requests by tier (reference §4.2). `total` is
-        # what SGLang writes when there is no breakdown, i.e. HiCache off, where the
-        # GPU radix cache is the only tier: L1. Versions before `cache_source` existed
-        # (no label, read as "") are counted as L1 the same way. Without the family,
+        # Tokenizer-side hits of finished requests by tier
+        # (docs/facts/sglang.md#cache-tiers). `total` is what SGLang writes when there
+        # is no breakdown, i.e. HiCache off, where the GPU radix cache is the only tier:
+        # L1. Versions before `cache_source` existed (no label, read as "") are counted
+        # as L1 the same way. Without the family,
         # the scheduler's per-batch split (pre-seeded at 0 for every mode) is used.
         Rule("cache_hit_tokens_total", "counter", (
             Upstream("cached_tokens_total", tier_label="cache_source",
@@ -118,7 +123,7 @@ SGLANG = EngineTable(
         Rule("retracted_requests_total", "counter", _one("num_retracted_requests_total")),
         _SGLANG_DECODE_BATCHES,
         Rule("time_to_first_token_seconds", "histogram", _one("time_to_first_token_seconds")),
-        # Renamed like vLLM's (reference §3.4).
+        # Renamed like vLLM's (docs/facts/sglang.md#names-and-prefixes).
         Rule("inter_token_latency_seconds", "histogram",
              (Upstream("inter_token_latency_seconds"),
               Upstream("time_per_output_token_seconds"))),
@@ -136,7 +141,8 @@ VLLM = EngineTable(
     rules=(
         _VLLM_RUNNING,
         Rule("queued_requests", "gauge", _one("num_requests_waiting")),
-        # gpu_cache_usage_perc was deprecated in 0.9 for kv_cache_usage_perc (reference §9).
+        # gpu_cache_usage_perc was deprecated in 0.9 for kv_cache_usage_perc
+        # (docs/facts/sglang.md#vllm).
         Rule("kv_usage_ratio", "gauge",
              (Upstream("kv_cache_usage_perc"), Upstream("gpu_cache_usage_perc")),
              combine="max"),

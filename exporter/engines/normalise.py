@@ -1,7 +1,7 @@
 """From an engine's parsed families to rig_engine_* values: pick the upstream, aggregate ranks.
 
-Ranks (DESIGN §2): tensor-parallel ranks hold shards of the same tokens, so their
-counters and capacities repeat one logical value; take the max over them, never a
+Ranks (docs/metrics.md#engine-metrics): tensor-parallel ranks hold shards of the same
+tokens, so their counters and capacities repeat one logical value; take the max over them, never a
 sum (the owner's warning: KV capacity must not double on TP2). Pipeline, expert and
 context-parallel ranks, a multiprocess `pid`, and a host `pool` (kv/swa/mamba hold
 the same tokens) repeat a value the same way. What is left after that (`dp_rank`,

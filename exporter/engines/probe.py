@@ -1,6 +1,6 @@
 """The stream probe `probe/<name>`: one short streaming /generate, timed frame by frame.
 
-It is what a client sees (DESIGN §3.1): the time to the first token, every gap
+It is what a client sees (docs/metrics.md#stream-probe): the time to the first token, every gap
 between frames that carry tokens, the longest gap and the decode rate, timed by
 the same `exporter.streams` code as the tap and the bench.
 
@@ -57,7 +57,7 @@ class ProbeReading:
 
 def probe_prompt(configured: str) -> str:
     """The configured prompt, or the default behind a prefix no other request shares,
-    so the probe neither rides nor pollutes the radix cache (reference §7.3)."""
+    so the probe neither rides nor pollutes the radix cache (docs/metrics.md#stream-probe)."""
     return configured or f"[rig probe {uuid.uuid4().hex}] {DEFAULT_PROMPT}"
 
 

@@ -127,7 +127,8 @@ class EngineSource:
         return await get_text(self.session, self.config.url + "/metrics")
 
     async def read_metrics_text(self) -> str:
-        """A body at most a second old: the tracker's, or a fresh one (DESIGN §1)."""
+        """A body at most a second old: the tracker's, or a fresh one
+        (docs/stall-tracker.md#where-the-counters-come-from)."""
         return await self.body.recent()
 
     async def read(self) -> EngineReading:
@@ -184,7 +185,7 @@ class EngineSource:
     async def _refresh_info(self) -> None:
         assert self.session is not None
         try:
-            async with asyncio.timeout(INFO_TIMEOUT_SECONDS):  # not wait_for: issue #7
+            async with asyncio.timeout(INFO_TIMEOUT_SECONDS):  # docs/stall-tracker.md#stopping
                 self._info = await fetch_info(self.session, self.config.url, self.config.kind)
         except (SourceError, TimeoutError) as exc:
             error = str(exc) or f"no answer within {INFO_TIMEOUT_SECONDS:g} s"

@@ -1,4 +1,5 @@
-"""Saved bench results side by side: one row per label, like the table in rig-facts."""
+"""Saved bench results side by side: one row per label, like the owner's table
+(docs/facts/rig.md#decode-starvation)."""
 
 from __future__ import annotations
 

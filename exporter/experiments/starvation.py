@@ -1,4 +1,4 @@
-"""The owner's starvation experiment (rig-facts.md, "Decode starvation").
+"""The owner's starvation experiment (docs/facts/rig.md#decode-starvation).
 
 Agent A streams a long answer. `delay` seconds after A's first token, agent B
 sends a fresh prompt of `context_tokens` random token ids (no cache hit). When

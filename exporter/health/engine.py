@@ -10,9 +10,6 @@ from exporter.health.view import Context, seconds, signal
 
 #: RigEngineWedged{signal="queue"} counts decode batches over `[1m]`.
 WEDGE_WINDOW_SECONDS = 60.0
-#: RigDecodeStuttering's subquery step: the stall maximum covers the last 60 s
-#: (exporter/engines/stall/tracker.py), so each minute with a stall counts once.
-STUTTER_STEP_SECONDS = 60.0
 
 
 def engine_signals(c: Context) -> list[Signal]:
@@ -56,14 +53,16 @@ def _starvation(c: Context, labels: dict[str, str], reading: EngineReading) -> l
         out.append(signal("decode_starvation", labels, "RigDecodeStarvation", stages,
                           gap >= limit, gap, limit, "s",
                           f"{name}: real traffic through the stream tap waited {seconds(gap)} "
-                          f"for a token (longest gap in the last 60 s, {tap.active} streams open)",
+                          f"for a token (longest gap in the last {tap.window_seconds:g} s, "
+                          f"{tap.active} streams open)",
                           "tap"))
     if reading.stall is not None:
         longest = reading.stall.max_recent_seconds
         under_way = ", still under way" if reading.stall.current_seconds > 0 else ""
+        window = f"the last {reading.stall.window_seconds:g} s"
         reason = (f"{name}: decode stalled {seconds(longest)} with requests running "
-                  f"(stall tracker, longest in the last 60 s{under_way})" if longest >= limit
-                  else f"{name}: longest decode stall in the last 60 s {seconds(longest)} "
+                  f"(stall tracker, longest in {window}{under_way})" if longest >= limit
+                  else f"{name}: longest decode stall in {window} {seconds(longest)} "
                        "(stall tracker)")
         out.append(signal("decode_starvation", labels, "RigDecodeStarvation", stages,
                           longest >= limit, longest, limit, "s", reason, "stall"))
@@ -116,13 +115,15 @@ def _queue_wedged(c: Context, labels: dict[str, str], reading: EngineReading) ->
 
 def _stutter(c: Context, labels: dict[str, str], reading: EngineReading) -> list[Signal]:
     """A minute counts when the tap's longest gap or the stall tracker's longest
-    stall (both over the last 60 s) lies in the stutter range."""
+    stall (both over the stall window, the step of RigDecodeStuttering's subquery,
+    so that each window with a stall counts once) lies in the stutter range."""
     t, name = c.t, labels["name"]
     if reading.stall is None and name not in c.view.taps:
         return []
     low, high = t.decode_stutter_seconds, t.decode_stall_critical_seconds
     window = t.decode_stutter_window_seconds
-    views = [c.history.stepped(("engine", name, family), c.now, window, STUTTER_STEP_SECONDS)
+    views = [c.history.stepped(("engine", name, family), c.now, window,
+                               t.decode_stall_window_seconds)
              for family in ("stream_max_token_gap_seconds", "decode_stall_max_seconds")]
     minutes = sum(1 for step in zip(*views, strict=True)
                   if any(v is not None and low <= v < high for v in step))

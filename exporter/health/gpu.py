@@ -10,7 +10,7 @@ from exporter.health.view import Context, percent, signal
 from exporter.sources.amdgpu_sysfs import CardReading, PcieLink
 
 # The TEMP_HOTSPOT bit (thermal_junction) is set even at idle on Navi 31
-# (amd-gpu.md §8.6), so RigGpuThermalDownclock counts only these reasons.
+# (docs/facts/amdgpu.md#navi-31-hotspot-bit), so RigGpuThermalDownclock counts only these reasons.
 THERMAL_REASONS = frozenset({"thermal_edge", "thermal_memory", "thermal_vr"})
 
 
@@ -23,7 +23,7 @@ def gpu_signals(c: Context) -> list[Signal]:
         labels = {"card": card.card}
         out.append(_present(c, labels, card))
         if not card.present:
-            continue  # a vanished card's other series stop (DESIGN §4)
+            continue  # a vanished card's other series stop (docs/gpu.md#which-cards)
         out += _downclock(c, labels, card)
         out += _hot(c, labels, card)
         out += _power_capped(c, labels, card)

@@ -3,7 +3,7 @@
 Every reading is optional: a file that is missing, unreadable (EPERM while the
 card is runtime-suspended), garbage or truncated leaves that one field None and
 is logged once per card and file. Units are converted to base units here.
-File names and units: reference/amd-gpu.md §6 (`amdgpu_pm.c`, `pci-sysfs.c`).
+File names and units: docs/facts/amdgpu.md (`amdgpu_pm.c`, `pci-sysfs.c`).
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ _CARD_NAME = re.compile(r"^card\d+$")
 # minimum) from the shared printer `smu_cmn_print_dpm_clk_levels` (2025-12 series).
 _DPM_LEVEL = re.compile(r"^\s*(\d+|S):\s*(\d+)\s*mhz\s*(\*)?\s*$", re.IGNORECASE)
 _LINK_SPEED = re.compile(r"^([\d.]+)\s*GT/s")
-# hwmon temp labels (`amdgpu_pm.c`) -> the `sensor` label of DESIGN §2.
+# hwmon temp labels (`amdgpu_pm.c`) -> the `sensor` label (docs/metrics.md#gpu-metrics).
 _TEMP_SENSORS = {"edge": "edge", "junction": "junction", "mem": "memory"}
 _TEMP_LIMITS = {"crit": "critical", "emergency": "emergency"}
 _CLOCK_FILES = {"sclk": "pp_dpm_sclk", "mclk": "pp_dpm_mclk"}
@@ -281,7 +281,8 @@ class AmdgpuSysfs:
     def _pcie_links(self, card: str, endpoint: Path) -> list[PcieLink]:
         # On RDNA the endpoint sits behind an on-package switch: its own link
         # reads x16 even in an x8 slot. The slot link is on the upstream switch
-        # port, two bridges up (LACT#334, reference/amd-gpu.md §6.3).
+        # port, two bridges up (LACT#334,
+        # docs/facts/amdgpu.md#pcie-link-behind-the-on-package-switch).
         ports = {"endpoint": endpoint}
         upstream = endpoint.parent.parent
         if re.match(r"^[0-9a-f]{4}:", upstream.name):

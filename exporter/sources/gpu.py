@@ -1,6 +1,6 @@
 """The GPU source: amdgpu sysfs first, pyrsmi where ROCm loads.
 
-sysfs carries everything a 7900 XTX exposes (reference/amd-gpu.md §6); pyrsmi
+sysfs carries everything a 7900 XTX exposes (docs/facts/amdgpu.md); pyrsmi
 has no temperature, clock or throttle calls, so it only ever overlays
 utilisation, VRAM, power and fan on the sysfs reading.
 """

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 HEADER = struct.Struct("<HBB")  # structure_size, format_revision, content_revision
 
-# Offsets of the v1.3 fields this exporter uses (reference/amd-gpu.md §7.3).
+# Offsets of the v1.3 fields this exporter uses (docs/facts/amdgpu.md#gpu_metrics-v13).
 _V1_3_SIZE = 120
 _V1_3_FIELDS = {
     "temperature_hotspot": (0x06, "<H"),
@@ -27,7 +27,7 @@ _V1_3_FIELDS = {
 
 # ASIC-dependent throttle_status bits on SMU 13.0.0
 # (`smu13_driver_if_v13_0_0.h`, "Throttler Control/Status Bits"), grouped into
-# the reason labels of DESIGN §2.
+# the reason labels of docs/facts/amdgpu.md#throttle-status-bits.
 THROTTLE_REASONS = (
     "power", "thermal_junction", "thermal_edge", "thermal_memory",
     "current", "thermal_vr", "reliability", "other",

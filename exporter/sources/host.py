@@ -1,6 +1,6 @@
 """The host source: RAM, swap, memory pressure and CPU temperature.
 
-The HiCache L2 pool takes most of the rig's RAM (≈40 GB of 64 GB, rig-facts.md),
+The HiCache L2 pool takes most of the rig's RAM (≈40 GB of 64 GB, docs/facts/rig.md#kv-capacity),
 so swap traffic and memory-pressure stalls are the early signs of trouble.
 """
 

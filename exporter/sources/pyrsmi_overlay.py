@@ -1,8 +1,8 @@
 """Overlay pyrsmi's readings on the sysfs ones, where ROCm's library loads.
 
-pyrsmi has only utilisation, VRAM, power and fan (reference/amd-gpu.md §3.3).
+pyrsmi has only utilisation, VRAM, power and fan (docs/facts/amdgpu.md#pyrsmi).
 Its "not supported" answers are -1, and 65535 W for power on RDNA3 with
-pyrsmi 1.1.0 (gpu_metrics v1.3 has no current_socket_power, §3.5): those keep
+pyrsmi 1.1.0 (gpu_metrics v1.3 has no current_socket_power): those keep
 the sysfs value. Any exception from the library keeps the sysfs value too.
 
 pyrsmi 1.1.0 runs in one of two modes (its `smi_initialize`): through ROCm's
@@ -162,7 +162,7 @@ class PyrsmiOverlay:
     def _call(self, function: str, *args: int) -> float | None:
         try:
             value = getattr(self.rocml, function)(*args)
-        except Exception as exc:  # pyrsmi's defects raise TypeError/AttributeError (§3.5)
+        except Exception as exc:  # pyrsmi's defects raise TypeError, AttributeError
             log.debug("pyrsmi %s%s failed: %s", function, args, exc)
             return None
         return value if isinstance(value, int | float) else None

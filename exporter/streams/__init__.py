@@ -1,4 +1,5 @@
-"""Stream timing, written once for the probe, the tap and the bench (DESIGN §3).
+"""Stream timing, written once for the probe, the tap and the bench
+(docs/design.md#four-views-of-a-token-gap).
 
 A streamed response is split into SSE `data:` payloads (`sse`), each payload is
 read for what it carries (`frames`), and the frames that carry new tokens are

@@ -8,8 +8,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from itertools import accumulate
 
-# 10 ms to 120 s (DESIGN §2): a healthy gap is tens of ms, a mixed-chunk stutter ~4 s,
-# a 64K-prefill starvation ~47 s and a cold 64K TTFT ~48 s (rig-facts.md).
+# 10 ms to 120 s (docs/metrics.md#stream-tap): a healthy gap is tens of ms, a
+# mixed-chunk stutter ~4 s, a 64K-prefill starvation ~47 s and a cold 64K TTFT ~48 s
+# (docs/facts/rig.md#decode-starvation).
 GAP_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0)
 
 

@@ -1,10 +1,10 @@
-"""The stream tap (DESIGN §3.1): an opt-in reverse proxy in front of one engine that
+"""The stream tap (docs/tap.md): an opt-in reverse proxy in front of one engine that
 times every frame of every real streamed response. `proxy` moves the bytes, `state`
 folds each stream's timing into bounded aggregates, `source` runs it as `tap/<name>`.
 
 `tap_readings(snapshot)` is what other views read (the landing page, /api/health):
 per tapped engine, `active` streams in flight and `max_gap_seconds`, the worst gap
-between tokens of the last minute, a gap still open included.
+between tokens of its window (`window_seconds`), a gap still open included.
 """
 
 from __future__ import annotations

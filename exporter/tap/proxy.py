@@ -53,7 +53,7 @@ class TapProxy:
         self.session: aiohttp.ClientSession | None = None
 
     async def start(self) -> None:
-        # No read or total timeout: a stream may legitimately stall 47 s (rig-facts.md),
+        # No read or total timeout: a stream may legitimately stall 47 s (docs/facts/rig.md),
         # and the tap is there to time it, not to cut it. No decompression: bytes pass
         # unchanged. No cookie jar: cookies are the client's, forwarded as headers.
         self.session = aiohttp.ClientSession(

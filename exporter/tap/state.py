@@ -2,8 +2,8 @@
 
 The proxy hands each streamed response's bytes here as they pass; this module
 times them with `exporter.streams` and keeps only fixed-size aggregates (two
-histograms, counters, a 60-slot window of the longest gap per second) plus one
-meter per stream in flight. Nothing here grows with the traffic.
+histograms, counters, a window of the longest gap per second, one slot a second)
+plus one meter per stream in flight. Nothing here grows with the traffic.
 """
 
 from __future__ import annotations
@@ -14,9 +14,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from exporter.streams import Histogram, StreamMeter
+from exporter.thresholds import Thresholds
 
-#: rig_stream_max_token_gap_seconds looks this far back (DESIGN §2).
-WINDOW_SECONDS = 60
 OUTCOMES = ("ok", "error", "client_closed")
 
 
@@ -40,21 +39,24 @@ class TapReading:
     ttft_sum: float
     gap_buckets: tuple[tuple[str, float], ...]
     gap_sum: float
-    #: The longest gap of any stream in the last 60 s, a gap still open included.
+    #: The longest gap of any stream in the window, a gap still open included.
     max_gap_seconds: float
     active: int
     generated_tokens: int
+    window_seconds: float = Thresholds.decode_stall_window_seconds
 
 
 @dataclass
 class TapState:
     clock: Callable[[], float] = time.monotonic
+    #: rig_stream_max_token_gap_seconds looks this far back.
+    window_seconds: float = Thresholds.decode_stall_window_seconds
     requests: dict[str, int] = field(default_factory=lambda: dict.fromkeys(OUTCOMES, 0))
     ttft: Histogram = field(default_factory=Histogram)
     gaps: Histogram = field(default_factory=Histogram)
     generated_tokens: int = 0
     live: set[LiveStream] = field(default_factory=set)
-    #: (whole second, longest gap that ended in it), oldest first, WINDOW_SECONDS at most.
+    #: (whole second, longest gap that ended in it), oldest first, a window's worth at most.
     recent: deque[tuple[int, float]] = field(default_factory=deque)
 
     def open(self, sent_at: float) -> LiveStream:
@@ -104,7 +106,8 @@ class TapState:
     def reading(self, kind: str, name: str) -> TapReading:
         return TapReading(kind, name, dict(self.requests), tuple(self.ttft.buckets()),
                           self.ttft.sum, tuple(self.gaps.buckets()), self.gaps.sum,
-                          self.max_gap(), len(self.live), self.generated_tokens)
+                          self.max_gap(), len(self.live), self.generated_tokens,
+                          self.window_seconds)
 
     def _note_gap(self, now: float, gap: float) -> None:
         second = int(now)
@@ -116,6 +119,6 @@ class TapState:
             self._forget(now)
 
     def _forget(self, now: float) -> None:
-        oldest = int(now) - WINDOW_SECONDS
+        oldest = int(now) - self.window_seconds
         while self.recent and self.recent[0][0] <= oldest:
             self.recent.popleft()

@@ -2,7 +2,7 @@
 
 It parses just enough PromQL to tell which labels an expression's result keeps
 (aggregations, `on`/`ignoring`, `label_replace`) and which functions take which
-range vectors. The rig's metric schema (DESIGN §2) supplies the labels of each
+range vectors. The rig's metric schema (docs/metrics.md) supplies the labels of each
 selector.
 """
 

@@ -1,4 +1,5 @@
-"""Offline lint of the generated rules, after pint's offline checks (anchors.md §5)."""
+"""Offline lint of the generated rules, after pint's offline checks
+(docs/facts/tooling.md#pints-offline-checks)."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ from tests.alerts.promql_lint import COUNTER_FUNCTIONS, COUNTERS, analyse, schem
 SCRAPE_INTERVAL_SECONDS = 15  # the exporter's documented scrape interval
 RUNBOOK = Path(__file__).resolve().parents[2] / "alerts" / "RUNBOOK.md"
 TEMPLATE_LABEL = re.compile(r"\$labels\.([A-Za-z_][A-Za-z0-9_]*)")
-# DESIGN §5, the alert list.
+# The alert list of docs/alerts.md.
 DESIGN_ALERTS = {
     "RigDecodeStarvation",
     "RigDecodeStuttering",

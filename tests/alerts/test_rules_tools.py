@@ -150,7 +150,8 @@ def _routes(route: dict[str, Any]) -> list[dict[str, Any]]:
 
 def test_every_route_groups_by_signal() -> None:
     """Two rules of one alert differ only in `signal`: without it in the group
-    key, the second waits out group_interval (issue #8: 3.5 min late)."""
+    key, the second waits out group_interval (5 min)
+    instead of group_wait (docs/alerts.md#routing-and-inhibition)."""
     config = yaml.safe_load(ALERTMANAGER.read_text())
     for route in _routes(config["route"]):
         if "group_by" in route:

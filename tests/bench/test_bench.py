@@ -22,7 +22,7 @@ from tests.bench.standin import B_TTFT, PAUSE, StandIn
 from tests.scrape import free_port
 
 REPO = Path(__file__).resolve().parents[2]
-# rig-facts.md, "Decode starvation": A's longest gap and B's TTFT, in seconds.
+# docs/facts/rig.md#decode-starvation: A's longest gap and B's TTFT, in seconds.
 OWNER_TABLE = {"default": (47.23, 49.43), "n=1": (4.04, 49.48), "n=4": (13.80, 49.37),
                "mixed-chunk": (3.997, 48.91)}
 TIME_SCALE = 10  # simulated seconds per real second

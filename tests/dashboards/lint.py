@@ -1,7 +1,9 @@
-"""grafana/dashboard-linter's rules (anchors.md §8), emulated over dashboard JSON.
+"""grafana/dashboard-linter's rules, emulated over dashboard JSON
+(docs/facts/tooling.md#grafanadashboard-linter).
 
 The linter is a Go binary that cannot be installed here, so its high-value rules
-and issue #11's item 2 are checked in Python. `lint()` returns one line per
+and this project's own (a `rig` variable and selector, a modern schemaVersion, links
+between the dashboards; docs/dashboards.md) are checked in Python. `lint()` returns one line per
 problem, each naming the dashboard and the panel.
 """
 

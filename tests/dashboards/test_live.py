@@ -103,7 +103,7 @@ def test_starvation_shows_on_the_gap_panels(stack: Stack) -> None:
     """An 8 s decode pause with requests running reaches the token-gap panels as at
     least 3 s. The stall tracker reads /metrics here under a 2 % engine-render budget,
     so it polls every render time / 0.018 (1-2 s for this body on a loaded 2-core
-    box; issue #7) and sees a pause to within that."""
+    box; docs/stall-tracker.md#where-the-counters-come-from) and sees a pause to within that."""
     gaps = next(q for q in QUERIES
                 if q.panel.startswith("Longest token gap") and "stall_max" in q.expr)
     stack.sim.call(lambda: stack.sim.server.state.pause_decode(8))

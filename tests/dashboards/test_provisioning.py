@@ -1,5 +1,5 @@
-"""deploy/grafana: the data source and dashboards provider files, and what the README
-tells a user to do with them, agree with the dashboards."""
+"""deploy/grafana: the data source and dashboards provider files, and what
+docs/dashboards.md tells a user to do with them, agree with the dashboards."""
 
 from __future__ import annotations
 
@@ -22,18 +22,18 @@ def test_datasource_file() -> None:
     (source,) = _load("datasources/rig-prometheus.yaml")["datasources"]
     assert source["type"] == "prometheus" and source["access"] == "proxy"
     assert source["url"].startswith("http://127.0.0.1:")
-    # $__rate_interval is derived from it (anchors.md §7.3).
+    # $__rate_interval is derived from it (docs/facts/tooling.md#grafanas-rate-interval).
     assert source["jsonData"]["timeInterval"].endswith("s")
 
 
-def test_dashboards_provider_points_at_the_folder_the_readme_fills() -> None:
+def test_dashboards_provider_points_at_the_folder_the_docs_fill() -> None:
     (provider,) = _load("dashboards/rig.yaml")["providers"]
     assert provider["type"] == "file"
     path = provider["options"]["path"]
-    readme = (REPO / "README.md").read_text()
-    assert f"sudo cp dashboards/*.json {path}/" in readme
-    assert f"--out {path}" in readme
-    assert "deploy/grafana/provisioning/dashboards/rig.yaml" in readme
+    manual = (REPO / "docs" / "dashboards.md").read_text()
+    assert f"sudo cp dashboards/*.json {path}/" in manual
+    assert f"--out {path}" in manual
+    assert "deploy/grafana/provisioning/dashboards/rig.yaml" in manual
 
 
 def test_dashboards_import_cleanly() -> None:

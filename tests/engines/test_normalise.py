@@ -1,8 +1,8 @@
 """rig_engine_* values each genuine exposition implies.
 
 Every expected value is computed here from the fixture through prometheus_client's
-parser (an independent path), following the rules of DESIGN §2: max over tp_rank
-within a DP group, sum across dp_rank and is_streaming, max for ratios.
+parser (an independent path), following the rules of docs/metrics.md#engine-metrics:
+max over tp_rank within a DP group, sum across dp_rank and is_streaming, max for ratios.
 """
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ class TestSglangFixtures:
     def test_requests_and_kv(self, path):
         text = path.read_text()
         m = normalised(text, "sglang")
-        # Scheduler gauges: only TP rank 0 exports them (reference §2.5).
+        # Scheduler gauges: only TP rank 0 exports them (docs/facts/sglang.md#multiprocess-mode).
         assert m.values["running_requests"] == per_tp_max(text, "sglang:num_running_reqs")
         assert m.values["queued_requests"] == per_tp_max(text, "sglang:num_queue_reqs")
         assert m.values["kv_usage_ratio"] == max(

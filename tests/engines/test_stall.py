@@ -14,8 +14,11 @@ import aiohttp
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from exporter.collector import families
 from exporter.config import Config, GpuConfig, HostConfig
 from exporter.engines.fetch import get_text
+from exporter.engines.normalise import EngineMetrics
+from exporter.engines.source import EngineReading
 from exporter.engines.stall.plans import plan_for
 from exporter.engines.stall.readers import MetricsBody, MetricsReader
 from exporter.engines.stall.tracker import DecodeStallTracker, StallPoller, StallState
@@ -122,6 +125,17 @@ class TestTrackerRules:
         # The stall ended at the last stalled poll (3 s): gone 6 s later.
         assert tracker.state(8.5).max_recent_seconds == 3.0
         assert tracker.state(9.5).max_recent_seconds == 0.0
+
+    @pytest.mark.parametrize(("window", "help_text"), [
+        (None, "Longest decode stall in the last 60 s."),
+        (6.0, "Longest decode stall in the last 6 s."),
+    ])
+    def test_the_longest_stall_family_says_its_window(self, window, help_text):
+        tracker = DecodeStallTracker() if window is None else DecodeStallTracker(window)
+        reading = EngineReading("sglang", "main", EngineMetrics(), None, tracker.state(0.0))
+        (longest,) = [f for f in families(reading)
+                      if f.name == "rig_engine_decode_stall_max_seconds"]
+        assert longest.documentation == help_text
 
     def test_going_idle_ends_a_stall_at_the_last_stalled_poll(self):
         tracker = DecodeStallTracker()

@@ -1,6 +1,6 @@
-"""Stopping: a cancellation that lands as a read completes must end the task (issue #7
-problem 6: on Python 3.11 asyncio.wait_for could swallow it, and the exporter kept
-polling the engine for minutes after Ctrl-C)."""
+"""Stopping: a cancellation that lands as a read completes must end the task. On
+Python 3.11 asyncio.wait_for could swallow it (CPython gh-86296), and the exporter kept
+polling the engine for minutes after Ctrl-C (docs/stall-tracker.md#stopping)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""Issue #7's acceptance timelines, on the releases they name, in both reading modes.
+"""The stall tracker's acceptance timelines, on the releases they name, in both reading
+modes (docs/stall-tracker.md#tested-against-the-releases).
 
 Each plays through real prometheus_client multiprocess files and, for the /metrics
 mode, SGLang-style rendering over loopback HTTP (tests/engines/release_timeline.py).
@@ -10,7 +11,7 @@ import pytest
 
 from tests.engines.release_timeline import MODES, play
 
-#: Releases the README's table says can see a starvation, one per signal range.
+#: Releases docs/stall-tracker.md's table says can see a starvation, one per signal range.
 SEEING_RELEASES = ("0.5.5", "0.5.7", "0.5.10", "0.5.16", "0.5.23")
 
 

@@ -54,7 +54,7 @@ def card(name: str = "card1", **changes: object) -> CardReading:
 
 
 def host(**changes: object) -> HostReading:
-    """rig-facts: 64 GB, 19 GiB available, 62 MiB of swap, no swap traffic."""
+    """docs/facts/rig.md#kv-capacity: 64 GB, 19 GiB available, 62 MiB of swap, no swap traffic."""
     base = HostReading(
         memory_total_bytes=64 * GIB, memory_available_bytes=19 * GIB,
         swap_total_bytes=8 * GIB, swap_used_bytes=62 * 1024**2,

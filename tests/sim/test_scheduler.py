@@ -212,7 +212,8 @@ def test_bad_requests_are_refused():
 
 
 def test_decode_rounds_after_each_prefill_batch_reproduce_the_owners_other_run():
-    # rig-facts: "A kept 15.4 tok/s, B's TTFT was 65.4 s, the longest pause was 4.0 s".
+    # "A kept 15.4 tok/s, B's TTFT was 65.4 s, the longest pause was 4.0 s"
+    # (docs/facts/rig.md#decode-starvation).
     result = starvation_experiment(Policy.named("interval=60"))
     assert result.a_tokens_per_second_during_b_prefill == pytest.approx(15.4, rel=0.10)
     assert result.a_max_gap_seconds == pytest.approx(4.0, rel=0.10)

@@ -1,4 +1,5 @@
-"""The gpu_metrics decoder against the reference's v1.3 sample and its contrast cases."""
+"""The gpu_metrics decoder against an illustrative v1.3 sample and its contrast cases
+(docs/facts/amdgpu.md#contrast-samples)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import pytest
 from exporter.sim.rig.sysfs_writer import CardSpec, gpu_metrics_v1_3
 from exporter.sources.gpu_metrics import GpuMetricsError, decode, throttle_reasons
 
-# reference/amd-gpu.md Appendix A.4: a Navi 31 under prefill load on its power cap.
+# docs/facts/amdgpu.md#contrast-samples: a Navi 31 under prefill load on its power cap.
 APPENDIX_A_BLOB = base64.b64decode(
     "eAABA0IAWABWAEAAOgA+AGMAKQAAAFMBAAAAAAAAAADybxoIxj0DAMoI///hBBkAGQAZABkAygiwBOEEHQAdAB0A"
     "HQACAAEAsAYQAKAA//////////////////////////////////9wA/oDRgX//wEAAAAQAAAA"
@@ -29,7 +30,7 @@ def test_decodes_the_reference_sample() -> None:
 
 
 def test_writer_produces_the_same_layout_as_the_kernel() -> None:
-    # The simulator's blob, for the same card state, agrees with the reference on
+    # The simulator's blob, for the same card state, agrees with the sample on
     # every field this exporter reads.
     ours = decode(gpu_metrics_v1_3(CardSpec()))
     assert ours == decode(APPENDIX_A_BLOB)

@@ -34,7 +34,8 @@ class FakeRocml(SimpleNamespace):
             "smi_get_device_memory_busy": lambda dev: [12, 30][dev],
             "smi_get_device_memory_used": lambda dev, type="VRAM": [1000, 2000][dev],
             "smi_get_device_memory_total": lambda dev, type="VRAM": [4000, 5000][dev],
-            # gpu_metrics v1.3 has no current_socket_power: 1.1.0 returns 65535.0 (§3.5)
+            # gpu_metrics v1.3 has no current_socket_power: 1.1.0 returns 65535.0
+            # (docs/facts/amdgpu.md#pyrsmi)
             "smi_get_device_average_power": lambda dev: 65535.0,
             "smi_get_device_fan_rpms": lambda dev: [-1, 1500][dev],  # -1: not supported
         }

@@ -86,7 +86,7 @@ async def play_starvation() -> tuple[list[dict[str, float]], float, float, float
                     "sampling_params": {"max_new_tokens": 1000, "ignore_eos": True}},
                     sim.clock))
                 await asyncio.sleep(3.0 / SCALE)
-                # ...when agent B sends a fresh 64K prompt (rig-facts: the defining failure).
+                # ...when agent B sends a fresh 64K prompt (docs/facts/rig.md#decode-starvation).
                 await stream(session, tapped + "/v1/completions", {
                     "prompt": list(range(65536)), "max_tokens": 4, "stream": True}, sim.clock)
                 felt_by_a = (await agent_a).max_gap_seconds

@@ -1,4 +1,4 @@
-"""TapState on simulated time: the 60 s window, open gaps, outcomes, bounded memory."""
+"""TapState on simulated time: the stall window, open gaps, outcomes, bounded memory."""
 
 from __future__ import annotations
 
@@ -6,7 +6,10 @@ import json
 
 import pytest
 
-from exporter.tap.state import WINDOW_SECONDS, TapState
+from exporter.tap.state import TapState
+from exporter.thresholds import Thresholds
+
+WINDOW_SECONDS = Thresholds().decode_stall_window_seconds
 
 
 class Clock:
@@ -35,6 +38,21 @@ def test_max_gap_holds_for_60_s_then_goes():
     clock.now += 1.5
     assert state.max_gap() == pytest.approx(0.0)
     assert state.requests["ok"] == 1 and state.generated_tokens == 4
+
+
+def test_a_configured_window_forgets_sooner():
+    clock = Clock()
+    state = TapState(clock, window_seconds=6)
+    stream = state.open(clock.now)
+    for at in (0.5, 4.5):  # a 4 s gap, ended in second 1004
+        clock.now = 1000.0 + at
+        state.chunk(stream, chunk("x"))
+    state.close(stream, "ok")
+    clock.now = 1009.5
+    assert state.reading("sglang", "main").max_gap_seconds == pytest.approx(4.0)
+    clock.now = 1010.5
+    reading = state.reading("sglang", "main")
+    assert (reading.max_gap_seconds, reading.window_seconds) == (0.0, 6)
 
 
 def test_open_gap_counts_while_open_and_after_the_client_gives_up():

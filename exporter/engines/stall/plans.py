@@ -1,7 +1,7 @@
 """What counts as decode progress, and as requests in flight, on each SGLang release.
 
-Read from the release wheels (`pip download sglang==X --no-deps`, unzipped; README
-"Decode stall tracker: signals by release"):
+Read from the release wheels (`pip download sglang==X --no-deps`, unzipped;
+docs/stall-tracker.md#signals-by-release and docs/facts/sglang.md):
 
 - `cuda_graph_passes_total{mode=decode_*}` exists from 0.5.7 (`metrics/collector.py`
   0.5.7 line 688). It moves once per decode batch, and only on the decode result

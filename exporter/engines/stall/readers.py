@@ -2,14 +2,14 @@
 
 Each reader returns `Counters` and says how often it may be asked (its resolution);
 the tracker's state machine does not know which one it has. Chosen once at start
-(DESIGN §3), cheapest first:
+(docs/stall-tracker.md#where-the-counters-come-from), cheapest first:
 
 - `MultiprocReader`: SGLang's prometheus_client files under `metrics_dir`. No engine
   work at all; tens of microseconds here.
 - `MetricsReader`: `GET /metrics`, spaced so that the engine's time rendering for
   this exporter stays at or under 2 % of wall time. SGLang renders synchronously in
   the event loop that streams tokens (24-45 ms for the 0.5.23 family set on a 2-core
-  box, reference/sglang-releases.md), so every render delays every stream.
+  box, docs/facts/sglang.md#the-cost-of-reading-metrics), so every render delays every stream.
 """
 
 from __future__ import annotations

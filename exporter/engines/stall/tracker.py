@@ -22,11 +22,10 @@ from dataclasses import dataclass
 from exporter.engines.stall.plans import ProgressView, SignalPlan
 from exporter.engines.stall.readers import CounterReader
 from exporter.snapshot import SourceError
+from exporter.thresholds import Thresholds
 
 log = logging.getLogger(__name__)
 
-#: rig_engine_decode_stall_max_seconds looks back this far (DESIGN §2).
-MAX_WINDOW_SECONDS = 60.0
 #: Shorter standstills are decode's own cadence (a mixed-chunk batch every 0.5 s, a
 #: slow token rate), not stalls; the alerts start at 2 s (stutter) and 10 s.
 MIN_STALL_SECONDS = 1.0
@@ -37,20 +36,22 @@ class StallState:
     current_seconds: float
     max_recent_seconds: float
     total_seconds: float
+    #: How far `max_recent_seconds` looks back.
+    window_seconds: float = Thresholds.decode_stall_window_seconds
 
 
 class DecodeStallTracker:
     """The stall state machine. It never reads a clock: every observation says when."""
 
-    def __init__(self, window_seconds: float = MAX_WINDOW_SECONDS, history: int = 512,
-                 min_stall_seconds: float = MIN_STALL_SECONDS) -> None:
+    def __init__(self, window_seconds: float = Thresholds.decode_stall_window_seconds,
+                 history: int = 512, min_stall_seconds: float = MIN_STALL_SECONDS) -> None:
         self.window_seconds = window_seconds
         self.min_stall_seconds = min_stall_seconds
         self._counter: float | None = None  # None: no baseline (start, or after a gap)
         self._moved_at = 0.0  # the last poll at which decode was known not to be stalled
         self._stalled_to: float | None = None  # the last poll of the stall under way
         self._last_seen = 0.0
-        # Finished stalls as (ended at, seconds); bounded, and 60 s rarely holds many.
+        # Finished stalls as (ended at, seconds); bounded, and a window rarely holds many.
         self._finished: deque[tuple[float, float]] = deque(maxlen=history)
         self._finished_seconds = 0.0
 
@@ -78,7 +79,8 @@ class DecodeStallTracker:
         current = self._current()
         recent = [seconds for ended, seconds in self._finished
                   if ended >= now - self.window_seconds]
-        return StallState(current, max([current, *recent]), self._finished_seconds + current)
+        return StallState(current, max([current, *recent]), self._finished_seconds + current,
+                          self.window_seconds)
 
     def _current(self) -> float:
         if self._stalled_to is None:
@@ -101,14 +103,14 @@ class StallPoller:
     signal plan are chosen once at start; this loop only asks, interprets and
     observes. An observation is stamped when its answer arrives, since that is when
     the counters were read: stamping the ask instead turned the time a poll waited on
-    a hung engine into a false stall on recovery (issue #7 problem 4).
+    a hung engine into a false stall on recovery (docs/stall-tracker.md#the-state-machine).
     """
 
     def __init__(self, reader: CounterReader, plan: SignalPlan,
                  clock: Callable[[], float] = time.monotonic,
                  timeout_seconds: float = 2.0,
                  sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
-                 window_seconds: float = MAX_WINDOW_SECONDS) -> None:
+                 window_seconds: float = Thresholds.decode_stall_window_seconds) -> None:
         self.reader = reader
         self.view = ProgressView(plan)
         self.clock = clock
@@ -127,7 +129,8 @@ class StallPoller:
         asked = self.clock()
         try:
             # asyncio.timeout, not wait_for: on 3.11 wait_for can swallow a
-            # cancellation that lands as the read completes (issue #7 problem 6).
+            # cancellation that lands as the read completes (CPython gh-86296;
+            # docs/stall-tracker.md#stopping).
             async with asyncio.timeout(self.timeout_seconds):
                 counters = await self.reader.read()
         except (SourceError, TimeoutError):

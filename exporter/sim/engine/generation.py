@@ -9,7 +9,7 @@ Two sources of tokens:
 - scripted (`SimEngine.stream` is a StreamScript): frames follow the script's
   timings, for tests that need exact gaps or a hang.
 
-Frames (reference/sglang-metrics.md §7.3): `data: {json}` then `data: [DONE]`. In
+Frames (docs/facts/sglang.md#streaming-frames): `data: {json}` then `data: [DONE]`. In
 scheduled mode /generate frames carry only the new text and `output_ids` (as a server
 started with `--incremental-streaming-output`; cumulative text would make a
 5,000-token stream hundreds of MB), with the cumulative `completion_tokens` in

@@ -39,7 +39,7 @@ The mechanics follow SGLang 0.5.23 (read in the wheel, `managers/scheduler.py`):
   N pure prefill batches, one decode batch runs; mixed batches do not count;
 - `prefill_decode_interval` k (PR #35017): k decode rounds after each prefill batch.
 
-Timings (`Timings`) are fitted to the owner's measurements in rig-facts.md; each
+Timings (`Timings`) are fitted to the owner's measurements (docs/facts/rig.md); each
 field says which. The fit reproduces the starvation table within 10 % (see
 tests/sim/test_scheduler.py and the report of `python -m exporter.sim.engine.scheduler`).
 """
@@ -74,7 +74,7 @@ class Policy:
     max_consecutive_prefill_batches: int = 0  # 0: off (SGLang's default)
     enable_mixed_chunk: bool = False
     prefill_decode_interval: int = 0  # 0: off
-    max_running_requests: int = 4  # rig-facts: up to 4 running requests
+    max_running_requests: int = 4  # up to 4 running (docs/facts/rig.md)
 
     @classmethod
     def named(cls, name: str, **changes: int | bool) -> Policy:
@@ -105,7 +105,7 @@ class Policy:
 
 @dataclass(frozen=True)
 class Timings:
-    """Batch durations, fitted to rig-facts.md (SGLang TP2 on 2x RX 7900 XTX)."""
+    """Batch durations, fitted to docs/facts/rig.md (SGLang TP2 on 2x RX 7900 XTX)."""
 
     # Prefill of tokens [o, o+n) costs a*n + b*((o+n)^2 - o^2): a linear part and the
     # attention over the context so far. Fitted to the cold TTFTs 20.00 s (32K),
@@ -258,7 +258,7 @@ class Scheduler:
                  start: float = 0.0, kv_capacity_tokens: int = 219005) -> None:
         self.policy = policy or Policy()
         self.timings = timings or Timings()
-        #: Device KV pool (rig-facts: 219,005 tokens with HiCache size 16).
+        #: Device KV pool (219,005 tokens at HiCache size 16, docs/facts/rig.md#kv-capacity).
         self.kv_capacity_tokens = kv_capacity_tokens
         self.now = start
         self.counters = Counters()
@@ -284,7 +284,8 @@ class Scheduler:
         self.reported_queued = 0
         self.decode_log_interval = 40
         #: When /v1/loads last published: each prefill batch, every 15 decode steps,
-        #: every 50 ms idle (0.5.23 load_snapshot.py, per sglang-releases.md).
+        #: every 50 ms idle (0.5.23 load_snapshot.py,
+        #: docs/facts/sglang.md#v1loads).
         self.loads_published_at = start
 
     # -- requests ---------------------------------------------------------------
@@ -550,7 +551,7 @@ class Scheduler:
 
 # -- the owner's starvation experiment, in simulated time ------------------------------
 
-#: rig-facts.md "Decode starvation": A's longest decode gap and B's TTFT per setting.
+#: docs/facts/rig.md#decode-starvation: A's longest decode gap and B's TTFT per setting.
 STARVATION_TABLE: dict[str, tuple[float, float]] = {
     "default": (47.23, 49.43),
     "n=1": (4.04, 49.48),
@@ -609,7 +610,7 @@ def calibration_table(timings: Timings | None = None) -> list[tuple[str, float, 
 
 
 def main() -> None:
-    """Print the calibration table against rig-facts.md's "Decode starvation"."""
+    """Print the calibration table against docs/facts/rig.md#decode-starvation."""
     print(f"| policy | A's max gap: owner | model | error | B's TTFT: owner | model | error "
           f"| A tok/s while B prefills |\n|{'---|' * 8}")
     for name, gap, sim_gap, ttft, sim_ttft, during in calibration_table():

@@ -285,7 +285,7 @@ class SimServer:
 
     async def generate(self, request: web.Request) -> web.StreamResponse:
         """SGLang's native API; SSE frames `data: {json}`, then `data: [DONE]`
-        (reference/sglang-metrics.md §7.3)."""
+        (docs/facts/sglang.md#streaming-frames)."""
         body = await generation.read_json(request)
         if isinstance(body, dict):
             self.generate_requests.append(body)

@@ -15,7 +15,7 @@ time run that many times faster than real time. Scheduler-side values are per DP
 group (each DP group reports them, as each scheduler does); tokenizer-side counters
 are totals. Counters left at None, and missing keys of the keyed counters, are
 families or children SGLang has not created yet, so they are absent from /metrics
-(reference §2.2).
+(docs/facts/sglang.md#multiprocess-mode).
 """
 
 from __future__ import annotations
@@ -396,7 +396,8 @@ class SimEngine:
         self.generation_tokens[key] = self.generation_tokens.get(key, 0) + generated_tokens
 
     def server_info(self) -> dict[str, object]:
-        """The fields of SGLang's /server_info the exporter reads (reference §7.2)."""
+        """The fields of SGLang's /server_info the exporter reads
+        (docs/facts/sglang.md#versions-and-server-info)."""
         return {
             "model_path": f"/models/{self.model}",
             "served_model_name": self.model,
@@ -431,7 +432,8 @@ class SimEngine:
         if batches > 0:
             # Each synthetic request gets one token per decode batch; the time since
             # the last one is spread over the batches (so a pause lands in the
-            # histogram as many ordinary-looking gaps, as SGLang's does, reference §5).
+            # histogram as many ordinary-looking gaps, as SGLang's does:
+            # docs/facts/sglang.md#inter-token-latency-histogram).
             elapsed, self._itl_from = now - self._itl_from, now
             self.itl_histogram().observe(elapsed / batches, batches * self._running,
                                          elapsed * self._running)

@@ -1,6 +1,6 @@
 """The healthy rig: where every scenario starts and where a heal returns to.
 
-Numbers from the owner's measurements (shared reference rig-facts.md): two
+Numbers from the owner's measurements (docs/facts/rig.md): two
 agents with long-lived 64K sessions taking turns, TP=2 on two 7900 XTX cards
 with the board power limit lowered to 305 W, HiCache size 16 (L1 219,005 tokens,
 L2 319,193 tokens), 64 GB of RAM with 19 GiB available and 62 MiB of swap that
@@ -18,17 +18,19 @@ from exporter.sim.rig.state import EngineFlows, HostState
 from exporter.sim.rig.sysfs_writer import RIG_CARDS, CardSpec
 
 # smu13_driver_if_v13_0_0.h throttler bits: TEMP_HOTSPOT is set almost always on
-# Navi 31, even at idle (reference/amd-gpu.md §8.6); PPT0 is the power1_cap limit.
+# Navi 31, even at idle (docs/facts/amdgpu.md#navi-31-hotspot-bit); PPT0 is the power1_cap limit.
 THROTTLE_HOTSPOT = 1 << 1
 THROTTLE_PPT0 = 1 << 16
 
-# rig-facts: the owner lowered power1_cap from ~330 W to 305 W, the lowest allowed.
+# The owner lowered power1_cap from ~330 W to 305 W, the lowest allowed
+# (docs/facts/rig.md#hardware-and-software).
 POWER_CAP_WATTS = 305
-# rig-facts: PCIe x8/x8 with both slots in use (16 GT/s on these PCIe 4.0 cards).
+# PCIe x8/x8 with both slots in use, 16 GT/s on these PCIe 4.0 cards
+# (docs/facts/rig.md#hardware-and-software).
 SLOT_LINK = ("16.0 GT/s PCIe", 8)
 
-L1_CAPACITY_TOKENS = 219_005  # rig-facts: GPU KV pool with HiCache size 16
-L2_CAPACITY_TOKENS = 319_193  # rig-facts: host KV pool (L2) at size 16
+L1_CAPACITY_TOKENS = 219_005  # docs/facts/rig.md#kv-capacity: L1 at HiCache size 16
+L2_CAPACITY_TOKENS = 319_193  # docs/facts/rig.md#kv-capacity: L2 at size 16
 SESSION_TOKENS = 65_536  # a 64K agent session
 
 
@@ -54,7 +56,7 @@ def card(spec: CardSpec, *, edge: float, junction: float, memory: float, watts: 
 def healthy_cards() -> dict[str, CardSpec]:
     lower, upper = (dataclasses.replace(spec, power_cap_uw=POWER_CAP_WATTS * 1_000_000,
                                         upstream_link=SLOT_LINK) for spec in RIG_CARDS[:2])
-    # The upper card breathes the lower card's exhaust (rig-facts: 5 mm apart).
+    # The upper card breathes the lower card's exhaust (5 mm apart, docs/facts/rig.md).
     return {
         lower.card: card(lower, edge=62, junction=84, memory=80, watts=262, sclk_mhz=2250,
                          busy_percent=95, throttle_status=THROTTLE_HOTSPOT, fan_rpm=1650),
@@ -65,7 +67,7 @@ def healthy_cards() -> dict[str, CardSpec]:
 
 def healthy_flows() -> EngineFlows:
     # Each of two agents sends a turn a minute: its 64K session from L1 plus about
-    # 2K new tokens (tool output), and decodes ~50 tok/s (rig-facts: 2x104K decode
+    # 2K new tokens (tool output), and decodes ~50 tok/s (docs/facts/rig.md: 2x104K decode
     # gave 105.9 tok/s aggregate). New tokens are written through to L2.
     turns_per_second = 2 / 60
     new_tokens = 2_000
@@ -78,7 +80,7 @@ def healthy_flows() -> EngineFlows:
 
 
 def healthy_host() -> HostState:
-    # rig-facts: 40 GiB used, 19 GiB available, swap 62 MiB and not growing.
+    # docs/facts/rig.md#kv-capacity: 40 GiB used, 19 GiB available, swap 62 MiB and not growing.
     return HostState(pressure_some_ratio=0.002, pressure_full_ratio=0.0, cpu_celsius=68.0)
 
 

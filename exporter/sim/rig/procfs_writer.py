@@ -21,7 +21,8 @@ PAGE = 4 * KIB
 
 @dataclass(frozen=True)
 class HostSpec:
-    # rig-facts: 64 GB host, 40 GiB used and 19 GiB available with HiCache L2 filled.
+    # 64 GB host, 40 GiB used and 19 GiB available with HiCache L2 filled
+    # (docs/facts/rig.md#kv-capacity).
     memory_total_bytes: int = 64 * GIB
     memory_available_bytes: int = 19 * GIB
     swap_total_bytes: int = 8 * GIB

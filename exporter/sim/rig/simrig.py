@@ -34,6 +34,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from exporter.config import EngineConfig
 from exporter.sim.engine.server import SimServer
 from exporter.sim.engine.state import SimEngine
 from exporter.sim.rig import baseline, sysfs_writer
@@ -41,18 +42,17 @@ from exporter.sim.rig.clock import ScenarioClock
 from exporter.sim.rig.procfs_writer import PAGE, HostSpec, write_cpu_hwmon, write_proc
 from exporter.sim.rig.state import EngineFlows, HostState
 from exporter.sim.rig.sysfs_writer import CardSpec
+from exporter.thresholds import Thresholds
 
 if TYPE_CHECKING:
     from exporter.config import Config
 
-# SGLang's `cache_source` label for each tier (reference/sglang-metrics.md §2.2).
+# SGLang's `cache_source` label for each tier (docs/facts/sglang.md#cache-tiers).
 CACHE_SOURCE = {"L1": "device", "L2": "host", "L3": "storage"}
 
-# The exporter's own schedules at time scale 1 (config defaults and DESIGN §3).
+# The rig's stream probe runs once a minute (time scale 1); its deadline, the
+# stall tracker's poll and look-back are the exporter's defaults, compressed.
 PROBE_INTERVAL_SECONDS = 60.0
-PROBE_TIMEOUT_SECONDS = 60.0
-STALL_WINDOW_SECONDS = 60.0  # the look-back of rig_engine_decode_stall_max_seconds
-STALL_POLL_SECONDS = 0.25
 # Below this the tracker's polls (a full /metrics render each) cost more than they
 # resolve: 20 polls/s of ~5 ms renders is a tenth of a core on this machine.
 MIN_STALL_POLL_SECONDS = 0.05
@@ -74,7 +74,7 @@ class SimRig:
         self.say = say or (lambda line: None)
         self._own_directory = directory is None
         self.directory = Path(directory) if directory else None
-        # The rig has an NVMe L3 (rig-facts); its counters appear on first use.
+        # The rig has an NVMe L3 (docs/facts/rig.md); its counters appear on first use.
         self.engine = SimEngine(clock=self.clock.now, hicache_storage="file",
                                 time_scale=time_scale)
         self.flows = EngineFlows()
@@ -148,21 +148,23 @@ class SimRig:
         """rig-exporter flags for this rig: the probe's schedule compressed like the
         scenario; its deadline and the stall tracker's poll like stalls (a 47 s
         stall must not fail the probe), down to a floor: a 50 ms poll and a 3 s
-        probe timeout. `compress_stall_window` compresses the tracker's 60 s
-        look-back like the scenario too, for Prometheus rules time-scaled by the
-        same factor (`alerts.timescale`): a stall then leaves the longest-stall
-        gauge when the scaled rules expect it to."""
+        probe timeout. `compress_stall_window` compresses the tracker's look-back
+        (the rules' decode_stall_window_seconds) like the scenario too, for
+        Prometheus rules time-scaled by the same factor (`alerts.timescale`): a
+        stall then leaves the longest-stall gauge when the scaled rules expect it to."""
         stall = self.stall_scale
-        timeout = max(MIN_PROBE_TIMEOUT_SECONDS, PROBE_TIMEOUT_SECONDS / stall)
-        poll = stall_poll_seconds or min(STALL_POLL_SECONDS,
-                                         max(MIN_STALL_POLL_SECONDS, STALL_POLL_SECONDS / stall))
+        timeout = max(MIN_PROBE_TIMEOUT_SECONDS, EngineConfig.probe_timeout_seconds / stall)
+        default_poll = EngineConfig.stall_poll_interval_seconds
+        poll = stall_poll_seconds or min(default_poll,
+                                         max(MIN_STALL_POLL_SECONDS, default_poll / stall))
         scale = self.initial_time_scale
         engine = (f"{self.engine_name}={self.engine_url}"
                   f",probe_interval_seconds={PROBE_INTERVAL_SECONDS / scale:g}"
                   f",probe_timeout_seconds={timeout:g}"
                   f",stall_poll_interval_seconds={poll:g}")
         if compress_stall_window:
-            engine += f",stall_window_seconds={STALL_WINDOW_SECONDS / scale:g}"
+            window = Thresholds.decode_stall_window_seconds
+            engine += f",stall_window_seconds={window / scale:g}"
         return ["--engine", engine, "--sysfs.root", str(self.sysfs_root),
                 "--proc.root", str(self.proc_root), "--gpu.backend", "sysfs"]
 
@@ -328,7 +330,8 @@ class SimRig:
         for name in ("evicted_tokens", "loaded_back_tokens", "backed_up_tokens",
                      "storage_prefetched_tokens", "storage_written_tokens"):
             rate = getattr(flows, name)
-            if rate > 0:  # SGLang creates a counter on first use (reference §2.2)
+            # SGLang creates a counter on first use (docs/facts/sglang.md#multiprocess-mode).
+            if rate > 0:
                 setattr(engine, name, (getattr(engine, name) or 0.0) + rate * dt)
 
     # --- files --------------------------------------------------------------

@@ -1,6 +1,6 @@
 """Write an amdgpu sysfs tree for simulated 7900 XTX cards.
 
-The layout follows reference/amd-gpu.md Appendix A: `class/drm/cardN` links to
+The layout follows docs/facts/amdgpu.md: `class/drm/cardN` links to
 the PCI device under `devices/`, the GPU endpoint sits behind the on-package
 switch (upstream port two bridges up), hwmon in `device/hwmon/hwmonN`, and a
 binary gpu_metrics v1.3. The tests' fixture tree and the simulated rig both
@@ -73,7 +73,7 @@ class CardSpec:
     dpm_printer: str = "smu13"  # or "shared" (see the module docstring)
 
 
-# The rig's two cards (rig-facts.md) on kernel 6.6+: card1 busy and boosting above
+# The rig's two cards (docs/facts/rig.md) on kernel 6.6+: card1 busy and boosting above
 # its top sclk level (2450 MHz over a GameClockAc of 2304), unthrottled; card2 on its
 # power cap with the always-set hotspot bit, behind an x8 slot.
 RIG_CARDS = (
@@ -111,7 +111,8 @@ FIXTURE_CARDS = RIG_CARDS + (RYZEN_IGPU,)
 
 def idle(spec: CardSpec, dpm_printer: str = "shared") -> CardSpec:
     """The card at idle: gfx in deep sleep at 5 MHz (an idle Navi 31 reports
-    about that), 10 W, fans stopped, only the hotspot bit set (§A.6)."""
+    about that), 10 W, fans stopped, only the hotspot bit set
+    (docs/facts/amdgpu.md#contrast-samples)."""
     return replace(
         spec, sclk_hz=5000000, mclk_hz=96000000, busy_percent=0, memory_busy_percent=0,
         power_average_uw=10000000, fan_rpm=0 if spec.fan_rpm is not None else None,

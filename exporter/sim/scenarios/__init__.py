@@ -1,7 +1,7 @@
-"""The simulated rig's scenarios (DESIGN §8), one module each, by name.
+"""The simulated rig's scenarios (docs/simulator.md#the-scenarios), one module each, by name.
 
 Each module's docstring says the real event it reproduces, with its numbers
-from rig-facts, and which alerts it must raise and must not; `expects` and
+from docs/facts/rig.md, and which alerts it must raise and must not; `expects` and
 `must_not` carry the same as data.
 """
 

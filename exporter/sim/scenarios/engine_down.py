@@ -1,7 +1,7 @@
 """The engine process is gone: its port refuses connections.
 
-DESIGN §5: RigEngineDown, the engine is unreachable. On the rig this is SGLang
-killed (the OOM killer with L2 taking ~40 GB of 64 GB, rig-facts) or crashed;
+RigEngineDown (docs/alerts.md): the engine is unreachable. On the rig this is SGLang
+killed (the OOM killer with L2 taking ~40 GB of 64 GB, docs/facts/rig.md#kv-capacity) or crashed;
 loading a 27B model on TP=2 and capturing graphs takes minutes, so the rule
 waits 5 m. Here the server stops for seven minutes and then comes back with
 its counters restarted.

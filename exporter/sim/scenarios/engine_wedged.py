@@ -1,6 +1,6 @@
 """The scheduler hangs: /metrics and /health answer, no request is served.
 
-DESIGN §3: the stream probe answers "can the engine serve at all", which matters
+docs/metrics.md#stream-probe: the stream probe answers "can the engine serve at all", which matters
 when the engine is wedged but /health says 200; the rules cite vllm#46811, where
 running requests read 0 during a real hang. Here the scheduler stops: nothing
 runs, three agents' requests sit in the queue, no decode batch happens, and a

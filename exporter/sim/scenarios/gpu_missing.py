@@ -1,6 +1,6 @@
 """A card falls off the bus.
 
-DESIGN §4: a card that disappears (a driver reset, a card fallen off the bus)
+docs/gpu.md#which-cards: a card that disappears (a driver reset, a card fallen off the bus)
 keeps its series with rig_gpu_present 0, so it alerts instead of going silent.
 Here card2's DRM entry vanishes for three minutes and then comes back (as after
 a successful GPU reset). On the real rig a TP=2 engine would hang or crash with

@@ -1,6 +1,6 @@
 """The healthy rig: nothing fires.
 
-rig-facts, the owner's normal day: two long-lived agents with 64K sessions take
+docs/facts/rig.md, the owner's normal day: two long-lived agents with 64K sessions take
 turns (a turn a minute each, the session served from L1 plus ~2K new tokens),
 decoding about 100 tok/s together. Both 7900 XTX cards work under the 305 W cap
 with the junction at 84 and 93 °C (the upper card breathes the lower one's

@@ -1,16 +1,16 @@
 """Four agents at 65 % of a 196K context outgrow L1 and L2 and thrash.
 
-rig-facts: each agent has a 196K context and compresses at 65 % (about 127,795
+docs/facts/rig.md#workload: each agent has a 196K context and compresses at 65 % (about 127,795
 tokens); two agents at 65 % already exceed the GPU pool, four need about 511K
 tokens. With HiCache size 16 the GPU pool (L1) holds 219,005 tokens and the host
 pool (L2) 319,193, and L1 and L2 may hold duplicate copies, so four sessions do
 not fit. Each agent's turn finds little of its session left: here 15 % comes
 back from L2 and 5 % from L3 on the SSD (written through, it holds what L2
 dropped, but prefetching lags the turn), the rest is recomputed at the 4-way
-aggregate prefill rate (rig-facts: 5,408 tok/s), and every turn evicts another
-session from L1 into a full L2. A round of four turns every 100 s: 5,112 prompt
-tokens/s, of which 767 from L2 (loaded back), 256 from L3 and none from L1;
-5,112 tokens/s evicted; L2 99 % full.
+aggregate prefill rate (5,408 tok/s, docs/facts/rig.md#latency-and-throughput), and
+every turn evicts another session from L1 into a full L2. A round of four turns
+every 100 s: 5,112 prompt tokens/s, of which 767 from L2 (loaded back), 256 from L3
+and none from L1; 5,112 tokens/s evicted; L2 99 % full.
 The fault holds for twelve minutes; then two agents stop.
 
 Must raise: RigHiCacheThrash{signal="churn"} (L1<->L2 churn at 767 tok/s over
@@ -30,7 +30,7 @@ from exporter.sim.rig.state import EngineFlows
 from exporter.sim.scenarios.base import DEFAULTS, Expect, fault_held
 
 AGENTS = 4
-SESSION_AT_COMPRESSION = 127_795  # rig-facts: 65 % of 196,608
+SESSION_AT_COMPRESSION = 127_795  # 65 % of 196,608 (docs/facts/rig.md#workload)
 ROUND_SECONDS = 100.0
 L2_RESTORED_SHARE = 0.15
 L3_RESTORED_SHARE = 0.05

@@ -1,6 +1,6 @@
 """Three long sessions fill the KV pool and the scheduler retracts requests.
 
-rig-facts, concurrency limits: 114K x 2 and 120K x 2 fit, but 74K x 3 and
+docs/facts/rig.md#kv-capacity, concurrency limits: 114K x 2 and 120K x 2 fit, but 74K x 3 and
 80K x 3 started to serialise; the GPU pool holds 219,005 tokens with HiCache
 size 16. Three agents at about 72K each fill it: usage 98.5 %, and the scheduler
 retracts a decoding request for lack of KV space every 90 s (it re-admits it at

@@ -1,6 +1,6 @@
 """L3 is written but every lookup misses: the hash-chain bug.
 
-rig-facts, "L3 (SSD) failure": the L3 hash chain resumed from the wrong
+docs/facts/rig.md#l3-failure: the L3 hash chain resumed from the wrong
 previous-page hash, so every L3 key computed after it was wrong; the files were
 on the SSD, yet every lookup missed. Here L2 sits near full (96 %) and writes
 its evictions to L3 (2,000 tok/s), while the two agents' sessions, dropped from

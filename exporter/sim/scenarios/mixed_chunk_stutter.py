@@ -1,6 +1,6 @@
 """Decode pauses for about 4 s at every fresh long prefill (--enable-mixed-chunk).
 
-rig-facts, "Decode starvation" table: with --enable-mixed-chunk the decoding
+docs/facts/rig.md#decode-starvation, the table: with --enable-mixed-chunk the decoding
 agent's longest gap during another agent's fresh 64K prefill was 3.997 s (and
 4.04 s with max-consecutive-prefill-batches N=1). Agents compact their sessions
 at 65 % and re-prefill, so on a busy rig such prefills come often: here one a
@@ -25,7 +25,7 @@ from exporter.sim.scenarios.base import (
     scenario,
 )
 
-PAUSE_SECONDS = 3.997  # rig-facts: --enable-mixed-chunk, longest decode gap
+PAUSE_SECONDS = 3.997  # --enable-mixed-chunk's longest gap (docs/facts/rig.md)
 PREFILL_PERIOD_SECONDS = 60.0
 PREFILLS = 8
 HEAL_AT = LEAD_IN_SECONDS + PREFILLS * PREFILL_PERIOD_SECONDS

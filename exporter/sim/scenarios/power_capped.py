@@ -1,9 +1,9 @@
 """Both cards run at their lowered power cap through a burst of cold prefills.
 
-rig-facts: the owner lowered the board power limit from about 330 W to 305 W,
-the lowest allowed. Prefill is compute-bound, so during long cold prefills
-(two concurrent 64K prefills run at 2,720 tok/s aggregate) both cards draw at
-the cap and the SMU's PPT0 limit holds their clocks (reference/amd-gpu.md:
+docs/facts/rig.md#hardware-and-software: the owner lowered the board power limit
+from about 330 W to 305 W, the lowest allowed. Prefill is compute-bound, so during
+long cold prefills (two concurrent 64K prefills run at 2,720 tok/s aggregate) both cards draw at
+the cap and the SMU's PPT0 limit holds their clocks (docs/facts/amdgpu.md#throttle-status-bits:
 PPT0 follows power1_cap and is "working as configured" during LLM prefill).
 Here card1 draws 301 W and card2 303 W with PPT0 set, sclk 2050 and 1980 MHz
 (89 % and 86 % of the top level), junctions at 95 and 98 °C, for seven minutes.
@@ -21,7 +21,7 @@ import dataclasses
 from exporter.sim.rig.baseline import THROTTLE_HOTSPOT, THROTTLE_PPT0, card
 from exporter.sim.scenarios.base import DEFAULTS, Expect, fault_held
 
-COLD_PREFILL_TOKENS_PER_SECOND = 2_720.0  # rig-facts: 2 concurrent 64K prefills
+COLD_PREFILL_TOKENS_PER_SECOND = 2_720.0  # 2 concurrent 64K prefills (docs/facts/rig.md)
 
 
 def cards_at_cap(rig) -> None:

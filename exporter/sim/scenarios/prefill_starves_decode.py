@@ -1,6 +1,6 @@
 """A fresh 64K prefill stops another agent's decode for 47 s.
 
-rig-facts, "Decode starvation" (the defining failure): agent A decodes with a
+docs/facts/rig.md#decode-starvation (the defining failure): agent A decodes with a
 64K context; five seconds later agent B sends a fresh 64K prefill. With the
 default scheduler (max-consecutive-prefill-batches N=0) A's longest decode gap
 was 47.23 s and B's time to first token 49.43 s. Here A decodes alone from
@@ -22,8 +22,8 @@ from exporter.sim.rig.baseline import SESSION_TOKENS
 from exporter.sim.scenarios.base import LEAD_IN_SECONDS, Expect, Step, lead_in, scenario
 
 A_ALONE_AT = LEAD_IN_SECONDS - 5.0
-DECODE_GAP_SECONDS = 47.23  # rig-facts: A's longest gap, default scheduler
-B_TTFT_SECONDS = 49.43  # rig-facts: B's time to first token
+DECODE_GAP_SECONDS = 47.23  # A's longest gap, default scheduler (docs/facts/rig.md)
+B_TTFT_SECONDS = 49.43  # B's time to first token (docs/facts/rig.md)
 FIRST_TOKEN_AT = LEAD_IN_SECONDS + B_TTFT_SECONDS
 
 

@@ -1,11 +1,12 @@
 """One agent occupies the pool while three wait in the queue.
 
-rig-facts: with 4 agents, three of them stalled for a combined 49 minutes while
+docs/facts/rig.md#kv-capacity: with 4 agents, three of them stalled for a combined 49 minutes while
 one agent occupied the pool; one agent's session grew from 123K to 196K with a
 single 70K-token output, and one had no max_tokens limit. Here that agent's
 196K session (90 % of the 219,005-token pool) decodes alone at single-stream
-speed (rig-facts: 88.8 tok/s) while three requests wait. The real event lasted
-about 16 minutes per agent; the scenario holds seven, enough for the rule.
+speed (88.8 tok/s, docs/facts/rig.md#latency-and-throughput) while three requests
+wait. The real event lasted about 16 minutes per agent; the scenario holds seven,
+enough for the rule.
 
 Must raise: RigQueueHeadOfLine (requests queued while another runs, for 5 m).
 Must not raise: RigDecodeStarvation (the hog decodes steadily), RigEngineWedged
@@ -18,7 +19,7 @@ from __future__ import annotations
 from exporter.sim.rig.state import EngineFlows
 from exporter.sim.scenarios.base import DEFAULTS, Expect, fault_held
 
-SINGLE_STREAM_DECODE_TOKENS_PER_SECOND = 88.8  # rig-facts: 64K single stream
+SINGLE_STREAM_DECODE_TOKENS_PER_SECOND = 88.8  # 64K single stream (docs/facts/rig.md)
 
 
 def one_agent_hogs(rig) -> None:

@@ -1,6 +1,6 @@
 """The host runs short of RAM and swaps hard.
 
-rig-facts: production runs --hicache-size 20, whose L2 host pool and Mamba
+docs/facts/rig.md#kv-capacity: production runs --hicache-size 20, whose L2 host pool and Mamba
 state take about 40 GB of the 64 GB host; during the owner's tests 19 GiB stayed
 available and swap held 62 MiB without growing. Derived here (not a measured
 event): the agents' tools and a build push past that margin, available RAM falls

@@ -1,10 +1,10 @@
 """The upper card overheats and holds its clock down under load.
 
-rig-facts: the two cards sit about 5 mm apart, so the upper card breathes the
-lower card's exhaust; before two high-pressure fans were added both cards
+docs/facts/rig.md#hardware-and-software: the two cards sit about 5 mm apart, so the
+upper card breathes the lower card's exhaust; before two high-pressure fans were added both cards
 crossed their warning temperatures and throttled, which skewed the first
 benchmark rounds. Here card2's junction climbs to 107 °C (limit 110 °C,
-reference/amd-gpu.md) with its fan near its 3200 rpm maximum, and its sclk
+docs/facts/amdgpu.md#rx-7900-xtx-numbers) with its fan near its 3200 rpm maximum, and its sclk
 falls to 1650 MHz (72 % of the 2304 MHz top level) at 100 % busy, drawing less
 power (236 W) because the clock is down. Its memory reads 96 °C (limit 108 °C).
 The fault holds for four minutes, then the fans win.
