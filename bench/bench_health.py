@@ -18,17 +18,16 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import subprocess
 import sys
 import time
 import urllib.request
-from pathlib import Path
 
-from loopback import free_port, wait_ready
+from loopback import ROOT, start_sim_engine
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
-FIXTURE = REPO / "tests" / "fixtures" / "sys"
+from exporter.launch import start_exporter
+
+sys.path.insert(0, str(ROOT))  # tests.health.rig, for the in-process half
+FIXTURE = ROOT / "tests" / "fixtures" / "sys"
 
 
 def timed(urls: list[str], requests: int) -> dict[str, list[float]]:
@@ -43,30 +42,18 @@ def timed(urls: list[str], requests: int) -> dict[str, list[float]]:
 
 
 def over_http(requests: int) -> None:
-    sim_port, port = free_port(), free_port()
-    sim_url, url = f"http://127.0.0.1:{sim_port}", f"http://127.0.0.1:{port}"
-    sim = subprocess.Popen([sys.executable, "-m", "exporter.sim.engine.server", "--port",
-                            str(sim_port)], cwd=REPO, stdout=subprocess.DEVNULL,
-                           stderr=subprocess.DEVNULL)
+    sim, sim_url = start_sim_engine()
     # No stall tracker and no sampler: every engine read below is a request's own.
-    exporter = subprocess.Popen(
-        [sys.executable, "-m", "exporter", "--web.listen-address", f"127.0.0.1:{port}",
-         "--sysfs.root", str(FIXTURE), "--gpu.backend", "sysfs", "--health.sample-interval",
-         "0", "--engine", f"main={sim_url},stall_tracker=false", "--log.level", "error"],
-        cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        wait_ready(sim_url + "/health", sim)
-        wait_ready(url + "/metrics", exporter)
+    with sim, start_exporter(
+            ["--sysfs.root", str(FIXTURE), "--gpu.backend", "sysfs", "--health.sample-interval",
+             "0", "--engine", f"main={sim_url},stall_tracker=false", "--log.level", "error"],
+            None) as exporter:
         paths = ["/metrics", "/api/health"]
-        timed([url + p for p in paths], 10)  # warm-up
-        for path, latencies in zip(paths, timed([url + p for p in paths], requests).values(),
-                                   strict=True):
+        urls = [exporter.url + p for p in paths]
+        timed(urls, 10)  # warm-up
+        for path, latencies in zip(paths, timed(urls, requests).values(), strict=True):
             print(f"{path:<12} median {statistics.median(latencies) * 1000:7.2f} ms"
                   f"   p99 {latencies[int(len(latencies) * 0.99) - 1] * 1000:7.2f} ms")
-    finally:
-        for process in (exporter, sim):
-            process.terminate()
-            process.wait(timeout=10)
 
 
 def in_process(rounds: int) -> None:

@@ -14,16 +14,16 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import shutil
 import statistics
-import subprocess
 import time
 import urllib.request
 
 import aiohttp
 import psutil
-from bench_metrics import cpu_seconds, exporter_command
-from loopback import ROOT, free_port, start_sim_engine, wait_ready
+from bench_metrics import cpu_seconds, exporter_args
+from loopback import start_node_exporter, start_sim_engine
+
+from exporter.launch import Process, start_exporter
 
 
 async def load(url: str, clients: int, seconds: float) -> dict[str, float]:
@@ -57,17 +57,17 @@ async def load(url: str, clients: int, seconds: float) -> dict[str, float]:
     }
 
 
-def rss_run(process: subprocess.Popen, url: str, minutes: float) -> list[float]:
+def rss_run(process: Process, url: str, minutes: float) -> list[float]:
     samples = []
     started = time.monotonic()
     next_sample = started
     while time.monotonic() - started < minutes * 60:
         urllib.request.urlopen(url).read()
         if time.monotonic() >= next_sample:
-            samples.append(psutil.Process(process.pid).memory_info().rss / 1e6)
+            samples.append(psutil.Process(process.popen.pid).memory_info().rss / 1e6)
             next_sample += 10
         time.sleep(1.0)
-    samples.append(psutil.Process(process.pid).memory_info().rss / 1e6)
+    samples.append(psutil.Process(process.popen.pid).memory_info().rss / 1e6)
     return samples
 
 
@@ -84,13 +84,9 @@ def main() -> None:
     parser.add_argument("--rss-minutes", type=float, default=10.0)
     args = parser.parse_args()
 
-    engine, engine_url = start_sim_engine()
-    port = free_port()
-    url = f"http://127.0.0.1:{port}/metrics"
-    exporter = subprocess.Popen(exporter_command(port, engine_url), cwd=ROOT,
-                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        wait_ready(url, exporter)
+    engine, engine_url = start_sim_engine("--dp-size", "3")
+    with engine, start_exporter(exporter_args(engine_url), None) as exporter:
+        url = exporter.url + "/metrics"
         engine_cpu = cpu_seconds(engine)
         exporter_cpu = cpu_seconds(exporter)
         ours = asyncio.run(load(url, args.clients, args.seconds))
@@ -103,25 +99,14 @@ def main() -> None:
             rss = rss_run(exporter, url, args.rss_minutes)
             print(f"  RSS over {args.rss_minutes:g} min at 1 scrape/s: first {rss[0]:.1f} MB, "
                   f"last {rss[-1]:.1f} MB, max {max(rss):.1f} MB ({len(rss)} samples)")
-    finally:
-        for process in (exporter, engine):
-            process.terminate()
-            process.wait(10)
 
-    node_exporter = shutil.which("prometheus-node-exporter") or shutil.which("node_exporter")
+    node_exporter = start_node_exporter()
     if node_exporter is None:
         print("node_exporter not installed: no comparison")
         return
-    port = free_port()
-    url = f"http://127.0.0.1:{port}/metrics"
-    theirs_process = subprocess.Popen([node_exporter, f"--web.listen-address=127.0.0.1:{port}"],
-                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        wait_ready(url, theirs_process)
+    theirs_process, url = node_exporter
+    with theirs_process:
         report("node_exporter", asyncio.run(load(url, args.clients, args.seconds)), args.seconds)
-    finally:
-        theirs_process.terminate()
-        theirs_process.wait(10)
 
 
 if __name__ == "__main__":

@@ -17,76 +17,58 @@ same engine left alone.
 from __future__ import annotations
 
 import argparse
-import shutil
 import statistics
-import subprocess
-import sys
 import time
 import urllib.request
 
 import psutil
-from loopback import ROOT, free_port, start_sim_engine, wait_ready
+from loopback import ROOT, start_node_exporter, start_sim_engine
+
+from exporter.launch import Process, start_exporter
 
 FIXTURE = ROOT / "tests" / "fixtures" / "sys"
 
 
-def exporter_command(port: int, engine_url: str | None) -> list[str]:
-    command = [sys.executable, "-m", "exporter", "--web.listen-address", f"127.0.0.1:{port}",
-               "--sysfs.root", str(FIXTURE), "--gpu.backend", "sysfs", "--log.level", "warning"]
-    return command + (["--engine", f"main={engine_url}"] if engine_url else [])
+def exporter_args(engine_url: str | None) -> list[str]:
+    args = ["--sysfs.root", str(FIXTURE), "--gpu.backend", "sysfs", "--log.level", "warning"]
+    return args + (["--engine", f"main={engine_url}"] if engine_url else [])
 
 
-def cpu_seconds(process: subprocess.Popen) -> float:
-    times = psutil.Process(process.pid).cpu_times()
+def cpu_seconds(process: Process) -> float:
+    times = psutil.Process(process.popen.pid).cpu_times()
     return times.user + times.system
 
 
-def measure(command: list[str], url: str, scrapes: int) -> dict[str, float]:
-    process = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.DEVNULL,
-                               stderr=subprocess.DEVNULL)
-    try:
-        wait_ready(url, process)
-        for _ in range(10):  # warm-up: imports, first reads, thread pool
+def measure(process: Process, url: str, scrapes: int) -> dict[str, float]:
+    """Sequential scrapes of `url`, served by `process`."""
+    for _ in range(10):  # warm-up: imports, first reads, thread pool
+        urllib.request.urlopen(url).read()
+    latencies = []
+    size = 0
+    for _ in range(scrapes):
+        started = time.perf_counter()
+        size = len(urllib.request.urlopen(url).read())
+        latencies.append(time.perf_counter() - started)
+    latencies.sort()
+    return {
+        "median_ms": statistics.median(latencies) * 1000,
+        "p99_ms": latencies[int(len(latencies) * 0.99) - 1] * 1000,
+        "rss_mb": psutil.Process(process.popen.pid).memory_info().rss / 1e6,
+        "bytes": size,
+    }
+
+
+def engine_cpu_share(engine: Process, seconds: float, url: str | None = None) -> float:
+    """The engine's CPU seconds per wall second, with an exporter at `url` scraped every
+    15 s if given."""
+    cpu, wall = cpu_seconds(engine), time.monotonic()
+    next_scrape = wall
+    while time.monotonic() - wall < seconds:
+        if url is not None and time.monotonic() >= next_scrape:
             urllib.request.urlopen(url).read()
-        latencies = []
-        size = 0
-        for _ in range(scrapes):
-            started = time.perf_counter()
-            size = len(urllib.request.urlopen(url).read())
-            latencies.append(time.perf_counter() - started)
-        latencies.sort()
-        return {
-            "median_ms": statistics.median(latencies) * 1000,
-            "p99_ms": latencies[int(len(latencies) * 0.99) - 1] * 1000,
-            "rss_mb": psutil.Process(process.pid).memory_info().rss / 1e6,
-            "bytes": size,
-        }
-    finally:
-        process.terminate()
-        process.wait(timeout=10)
-
-
-def engine_cpu_share(engine: subprocess.Popen, seconds: float,
-                     exporter: list[str] | None = None, url: str = "") -> float:
-    """The engine's CPU seconds per wall second, with `exporter` running (scraped every 15 s)."""
-    process = None
-    if exporter:
-        process = subprocess.Popen(exporter, cwd=ROOT, stdout=subprocess.DEVNULL,
-                                   stderr=subprocess.DEVNULL)
-        wait_ready(url, process)
-    try:
-        cpu, wall = cpu_seconds(engine), time.monotonic()
-        next_scrape = wall
-        while time.monotonic() - wall < seconds:
-            if process is not None and time.monotonic() >= next_scrape:
-                urllib.request.urlopen(url).read()
-                next_scrape += 15.0
-            time.sleep(0.05)
-        return (cpu_seconds(engine) - cpu) / (time.monotonic() - wall)
-    finally:
-        if process is not None:
-            process.terminate()
-            process.wait(timeout=10)
+            next_scrape += 15.0
+        time.sleep(0.05)
+    return (cpu_seconds(engine) - cpu) / (time.monotonic() - wall)
 
 
 def report(name: str, figures: dict[str, float]) -> None:
@@ -102,32 +84,25 @@ def main() -> None:
                         help="how long to watch the engine's CPU, alone and with the exporter")
     args = parser.parse_args()
 
-    engine, engine_url = start_sim_engine(args.dp_size)
-    try:
+    engine, engine_url = start_sim_engine("--dp-size", str(args.dp_size))
+    with engine:
         with urllib.request.urlopen(engine_url + "/metrics") as response:
             print(f"engine body: {len(response.read().splitlines())} lines")
-        port = free_port()
-        ours = measure(exporter_command(port, engine_url),
-                       f"http://127.0.0.1:{port}/metrics", args.scrapes)
+        with start_exporter(exporter_args(engine_url), None) as exporter:
+            ours = measure(exporter, exporter.url + "/metrics", args.scrapes)
         report("rig-exporter", ours)
         alone = engine_cpu_share(engine, args.engine_seconds)
-        port = free_port()
-        watched = engine_cpu_share(engine, args.engine_seconds,
-                                   exporter_command(port, engine_url),
-                                   f"http://127.0.0.1:{port}/metrics")
+        with start_exporter(exporter_args(engine_url), None) as exporter:
+            watched = engine_cpu_share(engine, args.engine_seconds, exporter.url + "/metrics")
         print(f"engine CPU: {alone * 100:.2f} % of a core alone, {watched * 100:.2f} % with the "
               f"exporter (tracker + a scrape every 15 s): +{(watched - alone) * 100:.2f} points")
-    finally:
-        engine.terminate()
-        engine.wait(10)
-
-    node_exporter = shutil.which("prometheus-node-exporter") or shutil.which("node_exporter")
+    node_exporter = start_node_exporter()
     if node_exporter is None:
         print("node_exporter not installed: no comparison")
         return
-    port = free_port()
-    theirs = measure([node_exporter, f"--web.listen-address=127.0.0.1:{port}"],
-                     f"http://127.0.0.1:{port}/metrics", args.scrapes)
+    theirs_process, url = node_exporter
+    with theirs_process:
+        theirs = measure(theirs_process, url, args.scrapes)
     report("node_exporter", theirs)
     ratio = ours["median_ms"] / theirs["median_ms"]
     print(f"median ratio rig-exporter / node_exporter: {ratio:.2f}")

@@ -18,23 +18,16 @@ import argparse
 import asyncio
 import json
 import os
-import socket
-import subprocess
-import sys
 import time
 import urllib.request
+
+from loopback import start_sim_engine
 
 from exporter.experiments.starvation import StarvationSettings, run_starvation
 
 A_CONTEXT_TOKENS = 2000
 B_PROMPT_TOKENS = 65536
 B_DELAY_SECONDS = 5.0  # simulated, from A's first token
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def cpu_seconds(pid: int) -> float:
@@ -49,35 +42,21 @@ def decode_batches(url: str) -> int:
 
 
 def run(policy: str, scale: float) -> None:
-    port = free_port()
-    server = subprocess.Popen([sys.executable, "-m", "exporter.sim.engine.server", "--port",
-                               str(port), "--running", "0", "--policy", policy,
-                               "--time-scale", str(scale)], stdout=subprocess.DEVNULL)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=1).close()
-                break
-            except OSError:
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.1)
+    server, url = start_sim_engine("--running", "0", "--policy", policy,
+                                   "--time-scale", str(scale))
+    with server:
+        pid = server.popen.pid
         settings = StarvationSettings(engine=url, context_tokens=B_PROMPT_TOKENS,
                                       a_context_tokens=A_CONTEXT_TOKENS,
                                       delay_seconds=B_DELAY_SECONDS / scale)
-        cpu_before, wall_before = cpu_seconds(server.pid), time.monotonic()
+        cpu_before, wall_before = cpu_seconds(pid), time.monotonic()
         result = asyncio.run(run_starvation(settings))
-        cpu = cpu_seconds(server.pid) - cpu_before
+        cpu = cpu_seconds(pid) - cpu_before
         simulated = (time.monotonic() - wall_before) * scale
         assert result.a_max_gap_seconds is not None and result.b_ttft_seconds is not None
         print(f"| {policy} | x{scale:g} | {result.a_max_gap_seconds * scale:.2f} s "
               f"| {result.b_ttft_seconds * scale:.2f} s | {cpu / simulated * 60:.2f} s "
               f"| {decode_batches(url)} |")
-    finally:
-        server.terminate()
-        server.wait(10)
 
 
 def main() -> None:

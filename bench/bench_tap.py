@@ -32,7 +32,6 @@ import importlib.util
 import json
 import os
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -43,7 +42,7 @@ from aiohttp import web
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from loopback import free_port, wait_ready  # noqa: E402
+from exporter.launch import Process, free_port, start_exporter, wait_ready  # noqa: E402
 
 TICKS = os.sysconf("SC_CLK_TCK")
 
@@ -240,33 +239,31 @@ def main() -> None:
             sys.modules["uvloop"] = None  # type: ignore[assignment]
         serve_floor(*args.serve_floor)
         return
-    engine_port, tap_port, exporter_port = free_port(), free_port(), free_port()
-    engine = subprocess.Popen([sys.executable, __file__, "--serve-engine", str(engine_port)])
-    # `import uvloop` fails where sys.modules holds None for it: asyncio's loop serves.
-    prelude = "import sys; sys.modules['uvloop'] = None; " if args.no_uvloop else ""
-    exporter = subprocess.Popen(
-        [sys.executable, "-c", prelude + "import runpy; runpy.run_module('exporter', "
-         "run_name='__main__')", "--no-collector.gpu", "--no-collector.host",
-         "--web.listen-address", f"127.0.0.1:{exporter_port}", "--log.level", "warning",
+    engine_port, tap_port = free_port(), free_port()
+    engine = Process("stand-in engine",
+                     [sys.executable, __file__, "--serve-engine", str(engine_port)], None)
+    exporter = start_exporter(
+        ["--no-collector.gpu", "--no-collector.host", "--log.level", "warning",
          "--engine", f"main=http://127.0.0.1:{engine_port},stall_tracker=false,"
                      f"tap_listen_address=127.0.0.1:{tap_port}"],
-        cwd=ROOT)
+        None, wait=False, uvloop=not args.no_uvloop)
     # What exporter.event_loop picks in the child.
     loop = "uvloop" if not args.no_uvloop and importlib.util.find_spec("uvloop") else "asyncio"
     children = [exporter, engine]
     floor_port = free_port()
     if args.floor:
-        children.append(subprocess.Popen(
+        children.append(Process(
+            "bare relay",
             [sys.executable, __file__, "--serve-floor", str(floor_port), str(engine_port)]
-            + (["--no-uvloop"] if args.no_uvloop else [])))
+            + (["--no-uvloop"] if args.no_uvloop else []), None))
     try:
         wait_ready(f"http://127.0.0.1:{engine_port}/health", engine)
-        wait_ready(f"http://127.0.0.1:{exporter_port}/-/healthy", exporter)
+        exporter.wait_ready()
         if args.floor:
             wait_ready(f"http://127.0.0.1:{floor_port}/health", children[-1])
         direct, tapped = f"http://127.0.0.1:{engine_port}", f"http://127.0.0.1:{tap_port}"
         asyncio.run(run(tapped, 1, 50, args.rate, args.shape))  # warm up both paths
-        idle = idle_cpu_per_second(exporter.pid, args.idle_seconds)
+        idle = idle_cpu_per_second(exporter.popen.pid, args.idle_seconds)
         print(f"{args.shape} frames, {args.frames} per stream at {args.rate:g}/s"
               f"{', batched' if args.batched else ''}, "
               f"{args.repeat} run(s) each; exporter on {loop}; {os.cpu_count()} cores, "
@@ -288,14 +285,14 @@ def main() -> None:
             for _ in range(args.repeat):
                 base += asyncio.run(run(direct, streams, args.frames, args.rate, args.shape,
                                         args.batched))
-                latencies, cpu, wall = measured(tapped, exporter.pid, streams, args)
+                latencies, cpu, wall = measured(tapped, exporter.popen.pid, streams, args)
                 cpu -= idle * wall
                 through += latencies
                 per_frame.append(cpu / len(latencies))
                 share.append(cpu / wall)
                 if args.floor:
                     latencies, cpu, wall = measured(f"http://127.0.0.1:{floor_port}",
-                                                    children[-1].pid, streams, args)
+                                                    children[-1].popen.pid, streams, args)
                     floor_per_frame.append(cpu / len(latencies))
                     floor_share.append(cpu / wall)
             d50, d99 = (percentile(base, q) * 1000 for q in (0.5, 0.99))
@@ -308,8 +305,7 @@ def main() -> None:
                   f"{statistics.median(share) * 100:18.2f}  {os.getloadavg()[0]:4.1f}{floor}")
     finally:
         for process in children:
-            process.terminate()
-            process.wait(timeout=10)
+            process.stop()
 
 
 if __name__ == "__main__":

@@ -13,15 +13,15 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import subprocess
 import sys
 import time
+import urllib.request
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from loopback import free_port, wait_ready  # noqa: E402
+from loopback import start_sim_engine  # noqa: E402
 
 from exporter.config import Config, EngineConfig, GpuConfig, HostConfig  # noqa: E402
 from exporter.runtime import Exporter  # noqa: E402
@@ -54,19 +54,13 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=20.0)
     parser.add_argument("--dp-size", type=int, default=5)
     args = parser.parse_args()
-    port = free_port()
-    server = subprocess.Popen([sys.executable, "-m", "exporter.sim.engine.server",
-                               "--port", str(port), "--dp-size", str(args.dp_size)], cwd=ROOT)
-    try:
-        url = f"http://127.0.0.1:{port}"
-        body = wait_ready(url + "/metrics", server)
+    server, url = start_sim_engine("--dp-size", str(args.dp_size))
+    with server:
+        body = urllib.request.urlopen(url + "/metrics").read()
         print(f"exposition: {len(body.splitlines())} lines, {len(body)} bytes")
         share, scrapes = asyncio.run(measure(url, args.seconds))
         print(f"exporter CPU: {share * 100:.2f} % of one core over {args.seconds:g} s "
               f"(4 Hz tracking, {scrapes} scrapes)")
-    finally:
-        server.terminate()
-        server.wait(10)
 
 
 if __name__ == "__main__":

@@ -29,8 +29,8 @@ from exporter.thresholds import Thresholds
 
 def _quantiles(metric: str, what: str) -> list[tuple[str, str]]:
     return [
-        (f"histogram_quantile({q}, sum by (job, instance, rig, name, le) "
-         f"({rate(metric + '_bucket')}))", f"{{{{name}}}} {what} p{round(q * 100)}")
+        (f"histogram_quantile({q}, sum by (job, instance, rig, engine, le) "
+         f"({rate(metric + '_bucket')}))", f"{{{{engine}}}} {what} p{round(q * 100)}")
         for q in (0.5, 0.99)
     ]
 
@@ -53,9 +53,9 @@ def build(t: Thresholds) -> Dashboard:
             f" {t.decode_stall_critical_seconds:g} s (starvation).",
             "s",
             targets(
-                (sel("rig_probe_max_token_gap_seconds"), "{{name}} probe"),
-                (sel("rig_stream_max_token_gap_seconds"), "{{name}} stream tap"),
-                (sel("rig_engine_decode_stall_max_seconds"), "{{name}} stall tracker"),
+                (sel("rig_probe_max_token_gap_seconds"), "{{engine}} probe"),
+                (sel("rig_stream_max_token_gap_seconds"), "{{engine}} stream tap"),
+                (sel("rig_engine_decode_stall_max_seconds"), "{{engine}} stall tracker"),
             ),
             thresholds=gap_steps,
             alerts=("RigDecodeStarvation", "RigDecodeStuttering"),
@@ -85,8 +85,8 @@ def build(t: Thresholds) -> Dashboard:
             " shorter than the resolution can be missed.",
             "s",
             targets(
-                (sel("rig_engine_decode_stall_seconds"), "{{name}} stall under way"),
-                (sel("rig_engine_decode_stall_resolution_seconds"), "{{name}} resolution"),
+                (sel("rig_engine_decode_stall_seconds"), "{{engine}} stall under way"),
+                (sel("rig_engine_decode_stall_resolution_seconds"), "{{engine}} resolution"),
             ),
             thresholds=gap_steps,
             alerts=("RigDecodeStarvation",),
@@ -97,7 +97,7 @@ def build(t: Thresholds) -> Dashboard:
             "The fraction of wall time the stall tracker counted as stalled: decode made no"
             " progress while requests were running.",
             "percentunit",
-            targets((rate("rig_engine_decode_stalled_seconds_total"), "{{name}}")),
+            targets((rate("rig_engine_decode_stalled_seconds_total"), "{{engine}}")),
             min_value=0, w=24, h=6,
         ),
         timeseries(
@@ -106,7 +106,7 @@ def build(t: Thresholds) -> Dashboard:
             " modes). Zero while requests run is a stall; a prefill holding the GPU shows"
             " here as a hole.",
             "ops",
-            targets((rate("rig_engine_decode_batches_total"), "{{name}}")),
+            targets((rate("rig_engine_decode_batches_total"), "{{engine}}")),
             alerts=("RigDecodeStarvation",),
             w=24, h=6,
         ),
@@ -118,9 +118,9 @@ def build(t: Thresholds) -> Dashboard:
             " requests in flight as they see them (when the tap is on).",
             "short",
             targets(
-                (sel("rig_engine_running_requests"), "{{name}} running"),
-                (sel("rig_engine_queued_requests"), "{{name}} queued"),
-                (sel("rig_stream_active"), "{{name}} streams through the tap"),
+                (sel("rig_engine_running_requests"), "{{engine}} running"),
+                (sel("rig_engine_queued_requests"), "{{engine}} queued"),
+                (sel("rig_stream_active"), "{{engine}} streams through the tap"),
             ),
             alerts=("RigQueueHeadOfLine", "RigDecodeStarvation"),
             w=24, h=6,
@@ -134,9 +134,9 @@ def build(t: Thresholds) -> Dashboard:
             " through the tap.",
             "short",
             targets(
-                (rate("rig_engine_generation_tokens_total"), "{{name}} generated"),
-                (sel("rig_probe_decode_tokens_per_second"), "{{name}} probe decode"),
-                (rate("rig_stream_generated_tokens_total"), "{{name}} through the tap"),
+                (rate("rig_engine_generation_tokens_total"), "{{engine}} generated"),
+                (sel("rig_probe_decode_tokens_per_second"), "{{engine}} probe decode"),
+                (rate("rig_stream_generated_tokens_total"), "{{engine}} through the tap"),
             ),
             axis_label="tokens/s", w=8,
         ),
@@ -148,7 +148,7 @@ def build(t: Thresholds) -> Dashboard:
             " probe fails is wedged.",
             targets(
                 (sel("rig_source_up", 'source=~"(engine|probe|tap)/.+"'), "{{source}} up"),
-                (sel("rig_probe_success"), "{{name}} probe served"),
+                (sel("rig_probe_success"), "{{engine}} probe served"),
             ),
             mappings=on_off("down", "up", on_color="green", off_color="red"),
             alerts=("RigEngineDown", "RigEngineWedged"),
@@ -159,8 +159,8 @@ def build(t: Thresholds) -> Dashboard:
             "Streamed requests through the tap per second, by outcome: ok, error (the"
             " engine failed or refused), client_closed (the agent hung up first).",
             "reqps",
-            targets((f"sum by (job, instance, rig, name, outcome) "
-                     f"({rate('rig_stream_requests_total')})", "{{name}} {{outcome}}")),
+            targets((f"sum by (job, instance, rig, engine, outcome) "
+                     f"({rate('rig_stream_requests_total')})", "{{engine}} {{outcome}}")),
             w=8,
         ),
     ])
@@ -172,9 +172,9 @@ def build(t: Thresholds) -> Dashboard:
             "s",
             targets(
                 *_quantiles("rig_engine_time_to_first_token_seconds", "engine"),
-                (f"histogram_quantile(0.99, sum by (job, instance, rig, name, le) "
-                 f"({rate('rig_stream_ttft_seconds_bucket')}))", "{{name}} stream tap p99"),
-                (sel("rig_probe_ttft_seconds"), "{{name}} probe"),
+                (f"histogram_quantile(0.99, sum by (job, instance, rig, engine, le) "
+                 f"({rate('rig_stream_ttft_seconds_bucket')}))", "{{engine}} stream tap p99"),
+                (sel("rig_probe_ttft_seconds"), "{{engine}} probe"),
             ),
         ),
         timeseries(

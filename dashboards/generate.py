@@ -1,6 +1,7 @@
 """Generate the Grafana dashboards' JSON from `dashboards/*.dashboard.py`.
 
     python -m dashboards.generate                       # rewrite the committed JSON
+                                                        # (an installed copy: into .)
     python -m dashboards.generate --check               # exit 1 if any JSON is stale
     python -m dashboards.generate --config rig.toml --out DIR
                                                         # the rig's own [thresholds]
@@ -9,7 +10,8 @@ Exit status: 0 done, 1 stale (`--check`), 2 a bad config file.
 
 Each `<name>.dashboard.py` defines `build(thresholds) -> Dashboard` (and, for
 grafanalib's own `generate-dashboards`, `dashboard = build(Thresholds())`); its
-JSON is written beside it as `<name>.json` (or into `--out`), with the serialisation grafanalib's
+JSON is written beside it as `<name>.json` in a checkout, else into the current
+directory (or into `--out`), with the serialisation grafanalib's
 `_gen.write_dashboard` uses (sorted keys, indent 2), so the output is stable.
 """
 
@@ -25,6 +27,7 @@ from typing import Any
 
 from grafanalib._gen import DashboardEncoder
 
+from exporter.checkout import in_checkout
 from exporter.thresholds import Thresholds, thresholds_from_config
 
 DASHBOARDS_DIR = Path(__file__).parent
@@ -61,23 +64,25 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--check", action="store_true", help="fail if any JSON is stale")
     parser.add_argument("--config", metavar="PATH",
                         help="take [thresholds] from this rig config file")
-    parser.add_argument("--out", metavar="DIR", type=Path, default=DASHBOARDS_DIR,
-                        help="where to write the JSON (default: beside the sources)")
+    parser.add_argument("--out", metavar="DIR", type=Path,
+                        help="where to write the JSON (default: beside the sources in a"
+                             " checkout, the current directory in an installed copy)")
     args = parser.parse_args(argv)
     try:
         t = thresholds_from_config(args.config) if args.config else Thresholds()
     except ValueError as exc:
         print(f"dashboards.generate: {exc}", file=sys.stderr)
         return 2
+    out = args.out or (DASHBOARDS_DIR if in_checkout() else Path("."))
     stale = []
     for source in sources():
-        path = json_path(source, args.out)
+        path = json_path(source, out)
         text = render(source, t)
         if args.check:
             if not path.exists() or path.read_text() != text:
                 stale.append(path)
             continue
-        args.out.mkdir(parents=True, exist_ok=True)
+        out.mkdir(parents=True, exist_ok=True)
         path.write_text(text)
     for path in stale:
         print(f"{path} is stale: run python -m dashboards.generate", file=sys.stderr)

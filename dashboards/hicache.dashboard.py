@@ -34,7 +34,7 @@ def build(t: Thresholds) -> Dashboard:
             f" {t.kv_usage_ratio:.0%}, held {t.kv_saturated_for_seconds // 60} min, is"
             " saturation.",
             "percentunit",
-            targets((sel("rig_engine_kv_usage_ratio"), "{{name}}")),
+            targets((sel("rig_engine_kv_usage_ratio"), "{{engine}}")),
             thresholds=steps(("red", t.kv_usage_ratio)),
             alerts=("RigKVPoolSaturated",),
             min_value=0, max_value=1, w=8,
@@ -44,7 +44,7 @@ def build(t: Thresholds) -> Dashboard:
             "Tokens the KV pool holds, per data-parallel group (tensor-parallel ranks hold"
             " shards of the same tokens and are never added).",
             "short",
-            targets((sel("rig_engine_kv_capacity_tokens"), "{{name}}")),
+            targets((sel("rig_engine_kv_capacity_tokens"), "{{engine}}")),
             axis_label="tokens", w=8,
         ),
         timeseries(
@@ -52,7 +52,7 @@ def build(t: Thresholds) -> Dashboard:
             "Running requests the scheduler retracted (preempted) for lack of KV space, per"
             " interval. Any retraction means the pool overflowed.",
             "short",
-            targets((rate("rig_engine_retracted_requests_total", fn="increase"), "{{name}}")),
+            targets((rate("rig_engine_retracted_requests_total", fn="increase"), "{{engine}}")),
             alerts=("RigKVPoolSaturated",),
             bars=True, w=8,
         ),
@@ -66,8 +66,8 @@ def build(t: Thresholds) -> Dashboard:
             " thrash.",
             "percentunit",
             targets(
-                (sel(HIT_SHARE), "{{name}} {{tier}}"),
-                (f"1 - {sel(ANY_HIT_SHARE)}", "{{name}} recomputed"),
+                (sel(HIT_SHARE), "{{engine}} {{tier}}"),
+                (f"1 - {sel(ANY_HIT_SHARE)}", "{{engine}} recomputed"),
             ),
             thresholds=steps(("orange", t.hicache_l2_hit_ratio)),
             alerts=("RigHiCacheThrash",),
@@ -78,8 +78,8 @@ def build(t: Thresholds) -> Dashboard:
             "Prompt tokens per second, and those each tier served from cache.",
             "short",
             targets(
-                (rate("rig_engine_prompt_tokens_total"), "{{name}} prompt"),
-                (rate("rig_engine_cache_hit_tokens_total"), "{{name}} hit {{tier}}"),
+                (rate("rig_engine_prompt_tokens_total"), "{{engine}} prompt"),
+                (rate("rig_engine_cache_hit_tokens_total"), "{{engine}} hit {{tier}}"),
             ),
             axis_label="tokens/s",
         ),
@@ -91,7 +91,7 @@ def build(t: Thresholds) -> Dashboard:
             f" {t.hicache_host_pool_ratio:.0%}; full while L1 keeps evicting means sessions"
             " fall out of every tier.",
             "percentunit",
-            targets((sel(HOST_USAGE), "{{name}}")),
+            targets((sel(HOST_USAGE), "{{engine}}")),
             thresholds=steps(("red", t.hicache_host_pool_ratio)),
             alerts=("RigHiCacheHostPoolFull", "RigHiCacheThrash"),
             min_value=0, max_value=1, w=8,
@@ -104,10 +104,10 @@ def build(t: Thresholds) -> Dashboard:
             " tokens/s of churn.",
             "short",
             targets(
-                (rate("rig_engine_hicache_evicted_tokens_total"), "{{name}} evicted"),
-                (rate("rig_engine_hicache_loaded_back_tokens_total"), "{{name}} loaded back"),
-                (rate("rig_engine_hicache_backed_up_tokens_total"), "{{name}} backed up"),
-                (sel(CHURN_RATE), "{{name}} churn (5m)"),
+                (rate("rig_engine_hicache_evicted_tokens_total"), "{{engine}} evicted"),
+                (rate("rig_engine_hicache_loaded_back_tokens_total"), "{{engine}} loaded back"),
+                (rate("rig_engine_hicache_backed_up_tokens_total"), "{{engine}} backed up"),
+                (sel(CHURN_RATE), "{{engine}} churn (5m)"),
             ),
             thresholds=steps(("orange", t.hicache_churn_tokens_per_second)),
             alerts=("RigHiCacheThrash",),
@@ -122,9 +122,9 @@ def build(t: Thresholds) -> Dashboard:
             " Absent unless an L3 backend is configured.",
             "short",
             targets(
-                (rate("rig_engine_hicache_storage_written_tokens_total"), "{{name}} written"),
+                (rate("rig_engine_hicache_storage_written_tokens_total"), "{{engine}} written"),
                 (rate("rig_engine_hicache_storage_prefetched_tokens_total"),
-                 "{{name}} prefetched"),
+                 "{{engine}} prefetched"),
             ),
             alerts=("RigHiCacheStorageMisses",),
             axis_label="tokens/s", w=24,

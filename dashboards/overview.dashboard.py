@@ -217,7 +217,7 @@ def build(t: Thresholds) -> Dashboard:
             " L3 storage).",
             "percentunit",
             targets((sel("engine_tier:rig_engine_cache_hit_tokens:ratio_rate5m"),
-                     "{{name}} {{tier}}")),
+                     "{{engine}} {{tier}}")),
             min_value=0, max_value=1, w=8,
         ),
         timeseries(

@@ -56,9 +56,9 @@ UIDS = {
 WIDTH = 24  # Grafana's grid is 24 columns wide
 
 # Variables in the order they are shown, each with the label it selects.
-# `engine` selects the configured engine name (`name`), not its kind (`engine`).
+# `engine` selects the configured engine name (`engine`), not its kind (`kind`).
 VARIABLE_LABELS = {"job": "job", "instance": "instance", "rig": "rig",
-                   "card": "card", "engine": "name"}
+                   "card": "card", "engine": "engine"}
 VARIABLE_SOURCES = {
     "job": "rig_build_info",
     "instance": 'rig_build_info{job=~"$job"}',
@@ -68,7 +68,7 @@ VARIABLE_SOURCES = {
 }
 TARGET_VARIABLES = ("job", "instance", "rig")
 
-# Series that carry `card` or an engine's `name`, raw or recorded (alerts/rules/common.py).
+# Series that carry `card` or `engine`, raw or recorded (alerts/rules/common.py).
 # rig_gpu_expected_cards is per exporter, not per card.
 _CARD_SERIES = re.compile(r"^(rig_gpu_(?!expected_cards$)|card(_sensor)?:)")
 _ENGINE_SERIES = re.compile(r"^(rig_engine_|rig_probe_|rig_stream_|engine(_tier)?:)")
@@ -80,7 +80,7 @@ def sel(metric: str, *matchers: str) -> str:
     if _CARD_SERIES.match(metric):
         labels.append('card=~"$card"')
     if _ENGINE_SERIES.match(metric):
-        labels.append('name=~"$engine"')
+        labels.append('engine=~"$engine"')
     return metric + "{" + ", ".join([*labels, *matchers]) + "}"
 
 

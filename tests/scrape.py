@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import socket
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
@@ -46,9 +45,3 @@ async def serving(exporter: Exporter) -> AsyncIterator[str]:
 async def get(url: str) -> tuple[int, str, str]:
     async with aiohttp.ClientSession() as session, session.get(url) as response:
         return response.status, response.headers.get("Content-Type", ""), await response.text()
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]

@@ -12,11 +12,11 @@ from pathlib import Path
 
 import pytest
 
+from exporter.launch import free_port
 from exporter.rigctl import main
 from exporter.rigctl.probe import print_probe, probe_once
 from exporter.sim.engine.state import SimEngine, StreamScript
 from tests.engines.helpers import running_sim
-from tests.scrape import free_port
 
 REPO = Path(__file__).resolve().parent.parent
 

@@ -15,19 +15,18 @@ import dataclasses
 import json
 import os
 import re
-import signal
 import sys
 import time
 from collections.abc import Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
 
+from exporter.launch import free_port, start_exporter
 from exporter.sim.engine.server import SimServer
 from exporter.sim.engine.state import SimEngine
 from exporter.sim.rig.procfs_writer import GIB, PAGE, HostSpec, write_proc
 from exporter.sim.rig.sysfs_writer import RIG_CARDS, CardSpec, write_rig
 from tests.health.rig import validate
-from tests.scrape import free_port, get
 
 REPO = Path(__file__).resolve().parent.parent
 ENV = {**os.environ, "PYTHONPATH": str(REPO)}
@@ -118,28 +117,15 @@ proc_root = "{tmp_path / 'proc'}"
 [health]
 sample_interval_seconds = 0.25
 {THRESHOLDS}""")
-    exporter = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "exporter", "--config.file", str(config), cwd=REPO, env=ENV,
-        stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL)
-    url = f"http://127.0.0.1:{port}"
+    # Started in this thread, waited for in another: it dies with the thread that
+    # started it (exporter.launch.Process).
+    exporter = start_exporter(["--config.file", str(config)], tmp_path,
+                              address=f"127.0.0.1:{port}", wait=False)
     try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                await get(url + "/-/healthy")
-                break
-            except OSError:
-                assert time.monotonic() < deadline, "the exporter did not start"
-                await asyncio.sleep(0.2)
-        yield LiveRig(engine, url, tmp_path / "proc")
+        await asyncio.to_thread(exporter.wait_ready)
+        yield LiveRig(engine, exporter.url, tmp_path / "proc")
     finally:
-        if exporter.returncode is None:
-            exporter.send_signal(signal.SIGTERM)
-            try:
-                await asyncio.wait_for(exporter.wait(), 10)
-            except TimeoutError:
-                exporter.kill()
-                await exporter.wait()
+        await asyncio.to_thread(exporter.stop)  # the simulated engine keeps answering
         await sim.stop()
 
 

@@ -3,24 +3,21 @@
 from __future__ import annotations
 
 import asyncio
-import os
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 
 from exporter.config import load_config
+from exporter.launch import start_exporter
 from exporter.runtime import Exporter
 from exporter.sim.rig.procfs_writer import HostSpec, write_proc
 from exporter.sim.rig.sysfs_writer import remove_card
 from exporter.snapshot import SourceError
 from tests.conftest import SYSFS_FIXTURE, card_device, hwmon_dir
-from tests.scrape import free_port, get, names, parse_samples, serving, value
-
-REPO = Path(__file__).resolve().parent.parent
+from tests.scrape import get, names, parse_samples, serving, value
 
 # Every GPU family of docs/metrics.md that a 7900 XTX on kernel 6.6+ fills (counters by their
 # sample name; rig_gpu_energy_joules_total needs firmware that fills the accumulator).
@@ -204,29 +201,12 @@ def test_landing_page_and_healthy(proc_root: Path) -> None:
 
 
 @pytest.mark.parametrize("stop_signal", [signal.SIGTERM, signal.SIGINT])
-def test_real_process_serves_and_stops_cleanly(proc_root: Path, stop_signal: int) -> None:
-    port = free_port()
-    process = subprocess.Popen(
-        [sys.executable, "-m", "exporter", "--web.listen-address", f"127.0.0.1:{port}",
-         "--sysfs.root", str(SYSFS_FIXTURE), "--proc.root", str(proc_root)],
-        cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-        env={**os.environ, "PYTHONPATH": str(REPO)},
-    )
-    try:
-        deadline = time.monotonic() + 20
-        while True:
-            try:
-                status, _, body = asyncio.run(get(f"http://127.0.0.1:{port}/metrics"))
-                break
-            except OSError:
-                assert process.poll() is None, process.stdout.read()
-                assert time.monotonic() < deadline, "exporter did not start in 20 s"
-                time.sleep(0.1)
+def test_real_process_serves_and_stops_cleanly(proc_root: Path, tmp_path: Path,
+                                               stop_signal: int) -> None:
+    with start_exporter(["--sysfs.root", str(SYSFS_FIXTURE), "--proc.root", str(proc_root)],
+                        tmp_path) as exporter:
+        status, _, body = asyncio.run(get(exporter.url + "/metrics"))
         assert status == 200
         assert value(parse_samples(body), "rig_gpu_power_watts", card="card1") == 287.0
-        process.send_signal(stop_signal)
-        assert process.wait(timeout=10) == 0
-    finally:
-        if process.poll() is None:
-            process.kill()
-            process.wait()
+        exporter.popen.send_signal(stop_signal)
+        assert exporter.popen.wait(timeout=10) == 0, exporter.log()

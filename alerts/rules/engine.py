@@ -89,7 +89,7 @@ count_over_time(
             t.engine_down_for_seconds,
             "The exporter has not been able to read the engine's /metrics for"
             f" {dur(t.engine_down_for_seconds)}.",
-            "The exporter on {{ $labels.instance }} cannot read engine {{ $labels.name }}"
+            "The exporter on {{ $labels.instance }} cannot read engine {{ $labels.engine }}"
             " ({{ $labels.source }}).",
             "Is the engine process alive? Its service status and log (OOM, HIP error).",
         ),
@@ -100,7 +100,7 @@ count_over_time(
             "critical",
             f"""
 rig_probe_success == 0
-and on(job, instance, name)
+and on(job, instance, engine)
 {ENGINE_SOURCE_UP} == 1
 """,
             t.engine_wedged_seconds,
@@ -123,7 +123,7 @@ and on({ENGINE})
 rig_engine_running_requests == 0
 and on({ENGINE})
 increase(rig_engine_decode_batches_total[1m]) == 0
-unless on(job, instance, name)
+unless on(job, instance, engine)
 rig_probe_success
 """,
             t.engine_wedged_seconds,

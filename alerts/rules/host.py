@@ -75,10 +75,10 @@ deriv(rig_host_swap_used_bytes[{dur(t.host_swap_growth_window_seconds)}])
         Alert(
             "RigExporterSourceDown",
             "warning",
-            # Engine sources have RigEngineDown; probe sources get a `name`
+            # Engine sources have RigEngineDown; probe sources get an `engine` label
             # so that RigEngineDown can inhibit them.
             """
-label_replace(rig_source_up{source!~"engine/.+"}, "name", "$1", "source", "probe/(.+)") == 0
+label_replace(rig_source_up{source!~"engine/.+"}, "engine", "$1", "source", "probe/(.+)") == 0
 """,
             t.source_down_for_seconds,
             f"An exporter source has failed every read for {dur(t.source_down_for_seconds)}.",

@@ -1,11 +1,11 @@
 """Engine and probe families from EngineReading and ProbeReading.
 
-    rig_engine_info{engine="sglang",name="main",version="0.5.23",model="Qwen3.8-27B-W4A16",...} 1.0
-    rig_engine_running_requests{engine="sglang",name="main"} 2.0
-    rig_engine_cache_hit_tokens_total{engine="sglang",name="main",tier="L2"} 29499.0
-    rig_engine_decode_stall_seconds{engine="sglang",name="main"} 0.0
-    rig_probe_success{engine="sglang",name="main"} 1.0
-    rig_probe_token_gap_seconds_bucket{engine="sglang",name="main",le="0.05"} 31.0
+    rig_engine_info{engine="main",kind="sglang",version="0.5.23",model="Qwen3.8-27B-W4A16",...} 1.0
+    rig_engine_running_requests{engine="main",kind="sglang"} 2.0
+    rig_engine_cache_hit_tokens_total{engine="main",kind="sglang",tier="L2"} 29499.0
+    rig_engine_decode_stall_seconds{engine="main",kind="sglang"} 0.0
+    rig_probe_success{engine="main",kind="sglang"} 1.0
+    rig_probe_token_gap_seconds_bucket{engine="main",kind="sglang",le="0.05"} 31.0
 """
 
 from __future__ import annotations
@@ -15,13 +15,18 @@ from collections.abc import Iterable, Iterator
 from prometheus_client.core import HistogramMetricFamily
 from prometheus_client.metrics_core import Metric
 
-from exporter.collector.families import PREFIX, counter, families, gauge
+from exporter.collector.families import (
+    ENGINE_LABELS,
+    PREFIX,
+    counter,
+    engine_label_values,
+    families,
+    gauge,
+)
 from exporter.engines.mapping import TABLES
 from exporter.engines.probe import ProbeReading
 from exporter.engines.source import EngineReading
 from exporter.engines.stall.tracker import StallState
-
-LABELS = ("engine", "name")
 
 DOCS = {
     "running_requests": "Requests in the running (decoding) batch.",
@@ -49,12 +54,12 @@ DOCS = {
 
 @families.register
 def _(reading: EngineReading) -> Iterator[Metric]:
-    ids = [reading.kind, reading.name]
+    ids = engine_label_values(reading)
     if reading.info is not None:
         info = reading.info
         names = list(info.__dataclass_fields__)
         family = gauge("engine_info", "The engine's version, model and scheduling flags; "
-                       "the value is always 1.", [*LABELS, *names])
+                       "the value is always 1.", [*ENGINE_LABELS, *names])
         family.add_metric([*ids, *(getattr(info, n) for n in names)], 1.0)
         yield family
     rules = TABLES[reading.kind].rules
@@ -62,17 +67,17 @@ def _(reading: EngineReading) -> Iterator[Metric]:
     for rule in rules:
         name, doc = f"engine_{rule.family}", DOCS[rule.family]
         if rule.family in metrics.values:
-            family = (counter if rule.type == "counter" else gauge)(name, doc, LABELS)
+            family = (counter if rule.type == "counter" else gauge)(name, doc, ENGINE_LABELS)
             family.add_metric(ids, metrics.values[rule.family])
             yield family
         elif rule.family in metrics.tiers:
-            family = counter(name, doc, [*LABELS, "tier"])
+            family = counter(name, doc, [*ENGINE_LABELS, "tier"])
             for tier, value in metrics.tiers[rule.family].items():
                 family.add_metric([*ids, tier], value)
             yield family
         elif rule.family in metrics.histograms:
             histogram = metrics.histograms[rule.family]
-            family = HistogramMetricFamily(PREFIX + name, doc, labels=LABELS)
+            family = HistogramMetricFamily(PREFIX + name, doc, labels=ENGINE_LABELS)
             family.add_metric(ids, list(histogram.buckets), histogram.sum)
             yield family
     if reading.stall is not None:
@@ -80,7 +85,7 @@ def _(reading: EngineReading) -> Iterator[Metric]:
     if reading.stall_resolution_seconds is not None:
         resolution = gauge("engine_decode_stall_resolution_seconds",
                            "The stall tracker's poll interval in force (set by the "
-                           "engine-cost budget when it reads /metrics).", LABELS)
+                           "engine-cost budget when it reads /metrics).", ENGINE_LABELS)
         resolution.add_metric(ids, reading.stall_resolution_seconds)
         yield resolution
 
@@ -88,13 +93,13 @@ def _(reading: EngineReading) -> Iterator[Metric]:
 def _stall_families(ids: list[str], stall: StallState) -> Iterable[Metric]:
     current = gauge("engine_decode_stall_seconds",
                     "Length of the decode stall under way (requests running, no decode "
-                    "batch); 0 while decoding.", LABELS)
+                    "batch); 0 while decoding.", ENGINE_LABELS)
     current.add_metric(ids, stall.current_seconds)
     longest = gauge("engine_decode_stall_max_seconds",
-                    f"Longest decode stall in the last {stall.window_seconds:g} s.", LABELS)
+                    f"Longest decode stall in the last {stall.window_seconds:g} s.", ENGINE_LABELS)
     longest.add_metric(ids, stall.max_recent_seconds)
     total = counter("engine_decode_stalled_seconds_total",
-                    "Time spent in decode stalls since the exporter started.", LABELS)
+                    "Time spent in decode stalls since the exporter started.", ENGINE_LABELS)
     total.add_metric(ids, stall.total_seconds)
     return current, longest, total
 
@@ -104,8 +109,8 @@ def _(reading: ProbeReading) -> Iterator[Metric]:
     last = reading.last
     if last is None:
         return  # no probe has finished yet
-    ids = [reading.kind, reading.name]
-    success = gauge("probe_success", "1 if the last stream probe finished in time.", LABELS)
+    ids = engine_label_values(reading)
+    success = gauge("probe_success", "1 if the last stream probe finished in time.", ENGINE_LABELS)
     success.add_metric(ids, 1.0 if last.success else 0.0)
     yield success
     for name, doc, value in (
@@ -116,11 +121,11 @@ def _(reading: ProbeReading) -> Iterator[Metric]:
          "over the time they took.", last.decode_tokens_per_second),
     ):
         if value is not None:
-            family = gauge(name, doc, LABELS)
+            family = gauge(name, doc, ENGINE_LABELS)
             family.add_metric(ids, value)
             yield family
     gaps = HistogramMetricFamily(PREFIX + "probe_token_gap_seconds",
                                  "Every gap between token-bearing stream frames, all probes.",
-                                 labels=LABELS)
+                                 labels=ENGINE_LABELS)
     gaps.add_metric(ids, list(reading.gap_buckets), reading.gap_sum)
     yield gaps

@@ -4,11 +4,31 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from functools import singledispatch
+from typing import Protocol
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.metrics_core import Metric
 
 PREFIX = "rig_"
+
+#: The labels of every per-engine family (engine, probe, stream tap): `engine` is the
+#: instance's name from the config, `kind` the software (sglang, vllm).
+ENGINE_LABELS = ("engine", "kind")
+
+
+class EngineNamed(Protocol):
+    """A reading of one engine: its configured name and its kind."""
+
+    @property
+    def kind(self) -> str: ...
+
+    @property
+    def name(self) -> str: ...
+
+
+def engine_label_values(reading: EngineNamed) -> list[str]:
+    """The values of ENGINE_LABELS, in that order."""
+    return [reading.name, reading.kind]
 
 
 @singledispatch

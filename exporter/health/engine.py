@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from exporter.engines.source import EngineReading
 from exporter.health.report import Signal, Stage
-from exporter.health.view import Context, seconds, signal
+from exporter.health.view import Context, engine_labels, seconds, signal
 
 #: RigEngineWedged{signal="queue"} counts decode batches over `[1m]`.
 WEDGE_WINDOW_SECONDS = 60.0
@@ -15,7 +15,7 @@ WEDGE_WINDOW_SECONDS = 60.0
 def engine_signals(c: Context) -> list[Signal]:
     out: list[Signal] = []
     for config in c.engines:
-        labels = {"engine": config.kind, "name": config.name}
+        labels = engine_labels(config)
         result = c.view.results.get(f"engine/{config.name}")
         if result is None:
             continue
@@ -34,15 +34,15 @@ def engine_signals(c: Context) -> list[Signal]:
 
 def _engine_up(c: Context, labels: dict[str, str], url: str, up: bool, error: str | None,
                duration: float) -> Signal:
-    reason = (f"{labels['name']}: {url}/metrics answered in {duration * 1000:.0f} ms" if up
-              else f"{labels['name']}: cannot read {url}: {error}")
+    reason = (f"{labels['engine']}: {url}/metrics answered in {duration * 1000:.0f} ms" if up
+              else f"{labels['engine']}: cannot read {url}: {error}")
     return signal("engine_up", labels, "RigEngineDown",
                   (Stage("critical", c.t.engine_down_for_seconds),), not up,
                   1.0 if up else 0.0, None, "bool", reason)
 
 
 def _starvation(c: Context, labels: dict[str, str], reading: EngineReading) -> list[Signal]:
-    t, name = c.t, labels["name"]
+    t, name = c.t, labels["engine"]
     limit = t.decode_stall_critical_seconds
     stages = (Stage("critical", t.decode_starvation_for_seconds),)
     out = []
@@ -83,14 +83,14 @@ def _starvation(c: Context, labels: dict[str, str], reading: EngineReading) -> l
 def _wedged(c: Context, labels: dict[str, str], reading: EngineReading) -> list[Signal]:
     """RigEngineWedged: where a stream probe has a verdict, it decides; elsewhere,
     requests queued with none running and no decode batch."""
-    probe = c.view.probes.get(labels["name"])
+    probe = c.view.probes.get(labels["engine"])
     if probe is not None and probe.last is not None:
-        return _probe(c, labels, labels["name"])
-    return [*_probe(c, labels, labels["name"]), _queue_wedged(c, labels, reading)]
+        return _probe(c, labels, labels["engine"])
+    return [*_probe(c, labels, labels["engine"]), _queue_wedged(c, labels, reading)]
 
 
 def _queue_wedged(c: Context, labels: dict[str, str], reading: EngineReading) -> Signal:
-    t, name = c.t, labels["name"]
+    t, name = c.t, labels["engine"]
     values = reading.metrics.values
     queued, running = values.get("queued_requests"), values.get("running_requests")
     stages = (Stage("critical", t.engine_wedged_seconds),)
@@ -117,7 +117,7 @@ def _stutter(c: Context, labels: dict[str, str], reading: EngineReading) -> list
     """A minute counts when the tap's longest gap or the stall tracker's longest
     stall (both over the stall window, the step of RigDecodeStuttering's subquery,
     so that each window with a stall counts once) lies in the stutter range."""
-    t, name = c.t, labels["name"]
+    t, name = c.t, labels["engine"]
     if reading.stall is None and name not in c.view.taps:
         return []
     low, high = t.decode_stutter_seconds, t.decode_stall_critical_seconds
@@ -163,7 +163,7 @@ def _probe(c: Context, labels: dict[str, str], name: str) -> list[Signal]:
 
 
 def _queue(c: Context, labels: dict[str, str], reading: EngineReading) -> list[Signal]:
-    values, name = reading.metrics.values, labels["name"]
+    values, name = reading.metrics.values, labels["engine"]
     queued, running = values.get("queued_requests"), values.get("running_requests")
     if queued is None or running is None:
         return []
@@ -174,7 +174,7 @@ def _queue(c: Context, labels: dict[str, str], reading: EngineReading) -> list[S
 
 
 def _kv_pool(c: Context, labels: dict[str, str], reading: EngineReading) -> list[Signal]:
-    t, name, values = c.t, labels["name"], reading.metrics.values
+    t, name, values = c.t, labels["engine"], reading.metrics.values
     out = []
     usage = values.get("kv_usage_ratio")
     if usage is not None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from exporter.engines.source import EngineReading
 from exporter.health.report import Signal, Stage
-from exporter.health.view import Context, percent, seconds, signal
+from exporter.health.view import Context, engine_labels, percent, seconds, signal
 
 
 def hicache_signals(c: Context) -> list[Signal]:
@@ -18,7 +18,7 @@ def hicache_signals(c: Context) -> list[Signal]:
         capacity = reading.metrics.values.get("hicache_host_capacity_tokens") or 0.0
         if capacity <= 0:
             continue
-        labels = {"engine": config.kind, "name": config.name}
+        labels = engine_labels(config)
         out += _occupancy(c, labels, reading, capacity)
         out += _churn(c, labels, reading)
         out += _recompute(c, labels, reading, capacity)
@@ -31,12 +31,12 @@ def _usage(reading: EngineReading, capacity: float) -> float:
 
 
 def _key(labels: dict[str, str], family: str) -> tuple[str, ...]:
-    return ("engine", labels["name"], family)
+    return ("engine", labels["engine"], family)
 
 
 def _occupancy(c: Context, labels: dict[str, str], reading: EngineReading,
                capacity: float) -> list[Signal]:
-    t, name = c.t, labels["name"]
+    t, name = c.t, labels["engine"]
     usage = _usage(reading, capacity)
     window = t.rate_window_seconds
     holds: bool | None = False
@@ -55,7 +55,7 @@ def _occupancy(c: Context, labels: dict[str, str], reading: EngineReading,
 
 
 def _churn(c: Context, labels: dict[str, str], reading: EngineReading) -> list[Signal]:
-    t, name, values = c.t, labels["name"], reading.metrics.values
+    t, name, values = c.t, labels["engine"], reading.metrics.values
     stages = (Stage("warning", t.hicache_churn_for_seconds),)
     window = t.rate_window_seconds
     if "hicache_loaded_back_tokens_total" not in values:
@@ -98,7 +98,7 @@ def _missing_hits(c: Context, labels: dict[str, str], window: float) -> float | 
 
 def _recompute(c: Context, labels: dict[str, str], reading: EngineReading,
                capacity: float) -> list[Signal]:
-    t, name = c.t, labels["name"]
+    t, name = c.t, labels["engine"]
     window, long_prompt = t.hicache_recompute_window_seconds, t.hicache_recompute_tokens
     stages = (Stage("warning", t.hicache_recompute_for_seconds),)
     if _usage(reading, capacity) < t.hicache_host_pool_ratio:
@@ -120,7 +120,7 @@ def _recompute(c: Context, labels: dict[str, str], reading: EngineReading,
 
 def _storage(c: Context, labels: dict[str, str], reading: EngineReading,
              capacity: float) -> list[Signal]:
-    t, name = c.t, labels["name"]
+    t, name = c.t, labels["engine"]
     if "hicache_storage_written_tokens_total" not in reading.metrics.values:
         return []  # no L3 backend
     if _usage(reading, capacity) < t.hicache_storage_l2_ratio:

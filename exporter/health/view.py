@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+from exporter.collector.families import ENGINE_LABELS, engine_label_values
 from exporter.config import EngineConfig
 from exporter.engines.probe import ProbeReading
 from exporter.engines.source import EngineReading
@@ -58,6 +59,11 @@ class Context:
     def not_filled(self, window_seconds: float) -> str:
         return (f"window not filled yet: watched {seconds(self.history.watched(self.now))}"
                 f" of {seconds(window_seconds)}")
+
+
+def engine_labels(config: EngineConfig) -> dict[str, str]:
+    """An engine's check labels: those of its series, so that a check names what its alert does."""
+    return dict(zip(ENGINE_LABELS, engine_label_values(config), strict=True))
 
 
 def history_values(view: RigView) -> Iterator[tuple[tuple[str, ...], float]]:

@@ -26,15 +26,9 @@ import urllib.request
 from pathlib import Path
 from typing import TextIO
 
+from exporter.launch import ExporterProcess, Process, start_exporter
 from exporter.rigctl.common import EXIT_OK, EXIT_UNKNOWN
-from exporter.rigctl.stack import (
-    Monitoring,
-    Notification,
-    Process,
-    WebhookReceiver,
-    start_exporter,
-    wait_exporter,
-)
+from exporter.rigctl.stack import Monitoring, Notification, WebhookReceiver
 from exporter.sim.rig.simrig import SimRig
 from exporter.sim.scenarios import SCENARIOS, Scenario
 from exporter.sim.scenarios.player import play
@@ -113,15 +107,18 @@ class Demo:
         directory = self.directory = Path(tempfile.mkdtemp(prefix="rigctl-demo-"))
         rig = SimRig(self.speed, directory=directory / "rig", say=self.say,
                      stall_scale=self.stall_scale)
-        exporter: Process | None = None
+        exporter: ExporterProcess | None = None
         monitoring: Monitoring | None = None
         receiver = WebhookReceiver(on_notification=self._notified)
         watcher: asyncio.Task[None] | None = None
         try:
             await rig.start()
-            exporter, address = start_exporter(
-                "demo", rig.exporter_args(compress_stall_window=True), directory / "rig")
-            await asyncio.to_thread(wait_exporter, exporter, address)
+            # Started in this thread, waited for in another: the exporter dies with
+            # the thread that started it (launch.Process).
+            exporter = start_exporter(rig.exporter_args(compress_stall_window=True),
+                                      directory / "rig", wait=False)
+            await asyncio.to_thread(exporter.wait_ready)
+            address = exporter.address
             processes = [exporter]
             if self.want_monitoring and _installed():
                 await receiver.start()
@@ -254,7 +251,7 @@ def _installed() -> bool:
 
 
 def _name(labels: dict[str, str]) -> str:
-    where = " ".join(f"{k}={labels[k]}" for k in ("name", "card", "sensor", "signal")
+    where = " ".join(f"{k}={labels[k]}" for k in ("engine", "card", "sensor", "signal")
                      if labels.get(k))
     return f"{labels.get('alertname', '?')} ({labels.get('severity', '?')}) {where}".rstrip()
 

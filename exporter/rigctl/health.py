@@ -206,8 +206,12 @@ def quantity(value: float | None, unit: str) -> str:
     return UNITS.get(unit, lambda v: f"{v:g}")(value)
 
 
+#: The labels that name what a check or an alert is about, in the order they are looked for.
+SUBJECT_LABELS = ("engine", "card", "source")
+
+
 def subject(labels: dict[str, str]) -> str:
-    return labels.get("name") or labels.get("card") or labels.get("source") or "rig"
+    return next((labels[k] for k in SUBJECT_LABELS if labels.get(k)), "rig")
 
 
 def print_report(report: dict[str, Any], problems: list[str], out: TextIO,
@@ -238,7 +242,7 @@ def print_report(report: dict[str, Any], problems: list[str], out: TextIO,
         for alert in alerts:
             mark = {True: "  [silenced]", False: "", None: "  [silence unknown]"}[alert["silenced"]]
             status = {"critical": "crit", "warning": "warn"}.get(alert["severity"], "ok")
-            where = subject(alert["labels"]) if set(alert["labels"]) & {"name", "card", "source"} \
+            where = subject(alert["labels"]) if set(alert["labels"]) & set(SUBJECT_LABELS) \
                 else alert["labels"].get("instance", "")
             print(f"{coloured(alert['severity'].upper().ljust(8), status, colour)}  "
                   f"{alert['name']}  {where}  {alert['summary']}{mark}", file=out)

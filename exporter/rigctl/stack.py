@@ -1,22 +1,17 @@
 """Prometheus and Alertmanager on loopback, for `rigctl demo` and the end-to-end
 tests: each in its own temporary directory and process group, on a free port.
 
-Prometheus' config is `deploy/prometheus.yml` with its file_sd directory, rule
-file and Alertmanager pointed at the temporary ones and 1 s intervals; the rules
-(`alerts/generate.py`) and `alerts/alertmanager.yml` are time-scaled copies
-(`alerts/timescale.py`); Alertmanager's webhooks go to a `WebhookReceiver`.
+Prometheus' config has the layout of `deploy/prometheus.yml` (one job, its targets
+from file_sd files) at 1 s intervals, pointed at the temporary rules, targets and
+Alertmanager; the rules (`alerts/generate.py`) and `alerts/alertmanager.yml` are
+time-scaled copies (`alerts/timescale.py`); Alertmanager's webhooks go to a
+`WebhookReceiver`. Everything they read ships in the package.
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
 import shutil
-import signal
-import socket
-import subprocess
-import sys
 import time
 import urllib.parse
 import urllib.request
@@ -28,78 +23,34 @@ from typing import Any
 import yaml
 from aiohttp import web
 
+from alerts import ALERTMANAGER_CONFIG
 from alerts.generate import render
 from alerts.timescale import scaled_alertmanager
+from exporter.launch import Process, free_port, wait_ready
 from exporter.thresholds import Thresholds
 
-REPO = Path(__file__).resolve().parents[2]
-DEPLOY = REPO / "deploy"
-ALERTMANAGER_CONFIG = REPO / "alerts" / "alertmanager.yml"
+# The scrape job of deploy/prometheus.yml.
+JOB = "rig"
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-class Process:
-    """A real process in its own session, logging to a file; `stop` ends its group."""
-
-    def __init__(self, name: str, argv: list[str], log: Path, cwd: Path | None = None,
-                 env: dict[str, str] | None = None) -> None:
-        self.name = name
-        self.log_path = log
-        # setpriv (util-linux, in every Debian) asks the kernel to SIGTERM the
-        # process when the thread that started it dies (prctl PR_SET_PDEATHSIG):
-        # a test run or demo killed outright leaves nothing behind either.
-        setpriv = shutil.which("setpriv")
-        if setpriv:
-            argv = [setpriv, "--pdeathsig", "TERM", "--", *argv]
-        with open(log, "w") as out:
-            self.popen = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT,
-                                          cwd=cwd, env=env, start_new_session=True)
-
-    def log(self) -> str:
-        return self.log_path.read_text(errors="replace")
-
-    def stop(self) -> None:
-        if self.popen.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(self.popen.pid, signal.SIGTERM)
-            try:
-                self.popen.wait(10)
-            except subprocess.TimeoutExpired:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(self.popen.pid, signal.SIGKILL)
-                self.popen.wait(5)
-
-
-def wait_ready(url: str, process: Process, timeout: float = 30) -> None:
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            with urllib.request.urlopen(url, timeout=2):
-                return
-        except OSError:
-            assert process.popen.poll() is None, f"{process.name} exited:\n{process.log()}"
-            assert time.monotonic() < deadline, f"{process.name} not ready:\n{process.log()}"
-            time.sleep(0.1)
-
-
-def start_exporter(name: str, args: Sequence[str], workdir: Path) -> tuple[Process, str]:
-    """A real `rig-exporter` process on a free loopback port, reading what `args`
-    name (a simulated rig's `exporter_args`). Wait for it with `wait_exporter`."""
-    address = f"127.0.0.1:{free_port()}"
-    process = Process(f"exporter {name}",
-                      [sys.executable, "-m", "exporter", "--web.listen-address", address, *args],
-                      workdir / "exporter.log", cwd=REPO,
-                      env={**os.environ, "PYTHONPATH": str(REPO)})
-    return process, address
-
-
-def wait_exporter(process: Process, address: str) -> None:
-    wait_ready(f"http://{address}/-/healthy", process)
+def prometheus_config(rules: Path, alertmanager: str, targets_dir: Path,
+                      remote_write_url: str | None = None) -> dict[str, Any]:
+    """deploy/prometheus.yml's layout at 1 s intervals, for a temporary Prometheus."""
+    config: dict[str, Any] = {
+        "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
+        "rule_files": [str(rules)],
+        "alerting": {"alertmanagers": [{"static_configs": [{"targets": [alertmanager]}]}]},
+        "scrape_configs": [{
+            "job_name": JOB,
+            "scrape_timeout": "1s",
+            "file_sd_configs": [{"files": [str(targets_dir / "*.yml")],
+                                 "refresh_interval": "1s"}],
+        }],
+    }
+    if remote_write_url:
+        config["remote_write"] = [{"url": remote_write_url,
+                                   "queue_config": {"batch_send_deadline": "1s"}}]
+    return config
 
 
 def tool(name: str) -> str:
@@ -210,18 +161,8 @@ class Monitoring:
         rules = directory / "rig-rules.yaml"
         rules.write_text(render(Thresholds(), time_scale=self.time_scale,
                                 stall_scale=self.stall_scale))
-        config = yaml.safe_load((DEPLOY / "prometheus.yml").read_text())
-        config["global"] = {"scrape_interval": "1s", "evaluation_interval": "1s"}
-        config["rule_files"] = [str(rules)]
         am = urllib.parse.urlsplit(self.alertmanager_url).netloc
-        config["alerting"]["alertmanagers"][0]["static_configs"] = [{"targets": [am]}]
-        job = config["scrape_configs"][0]
-        job["scrape_timeout"] = "1s"
-        job["file_sd_configs"] = [{"files": [str(self.targets_dir / "*.yml")],
-                                   "refresh_interval": "1s"}]
-        if remote_write_url:
-            config["remote_write"] = [{"url": remote_write_url,
-                                       "queue_config": {"batch_send_deadline": "1s"}}]
+        config = prometheus_config(rules, am, self.targets_dir, remote_write_url)
         (directory / "prometheus.yml").write_text(yaml.safe_dump(config, sort_keys=False))
         port = free_port()
         self.prometheus_url = f"http://127.0.0.1:{port}"

@@ -12,7 +12,7 @@ import re
 from dataclasses import dataclass, field
 
 TARGET = {"job", "instance"}  # added by Prometheus to every series
-ENGINE = {"engine", "name"}
+ENGINE = {"engine", "kind"}
 CARD = {"card"}
 
 GAUGES: dict[str, set[str]] = {

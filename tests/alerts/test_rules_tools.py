@@ -125,7 +125,7 @@ def test_engine_down_inhibits_that_engines_decode_and_probe_alerts() -> None:
     silenced = set()
     for rule in config["inhibit_rules"]:
         if rule["source_matchers"] == ['alertname="RigEngineDown"']:
-            assert {"instance", "name"} <= set(rule["equal"])
+            assert {"instance", "engine"} <= set(rule["equal"])
             pattern = re.search(r'alertname=~"([^"]+)"', rule["target_matchers"][0])
             assert pattern
             silenced |= {n for n in _names() if re.fullmatch(pattern.group(1), n)}
@@ -162,14 +162,14 @@ def test_pages_are_one_alert_each() -> None:
     # Every label that tells apart two critical alerts of one rule is in the key.
     config = yaml.safe_load(ALERTMANAGER.read_text())
     pager = next(r for r in config["route"]["routes"] if r["receiver"] == "rig-pager")
-    assert {"name", "card"} <= set(pager["group_by"])
+    assert {"engine", "card"} <= set(pager["group_by"])
 
 
 def test_a_wedged_engine_silences_its_starvation() -> None:
     config = yaml.safe_load(ALERTMANAGER.read_text())
     rule = next(r for r in config["inhibit_rules"]
                 if r["source_matchers"] == ['alertname="RigEngineWedged"'])
-    assert {"instance", "name"} <= set(rule["equal"])
+    assert {"instance", "engine"} <= set(rule["equal"])
     assert "RigDecodeStarvation" in rule["target_matchers"][0]
 
 

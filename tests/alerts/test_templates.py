@@ -76,7 +76,7 @@ def test_title_names_rig_alert_and_subject(family: str, tmp_path: Path) -> None:
     title = render(template_data(alert, "firing", rig="garage"), "rig.title", tmp_path).strip()
     labels = alert["labels"]
     assert title.startswith(labels["severity"].upper() + " garage " + labels["alertname"]), title
-    subject = labels.get("card") or labels.get("name") or labels.get("sensor") or "host"
+    subject = labels.get("card") or labels.get("engine") or labels.get("sensor") or "host"
     assert subject in title, title
     assert "\n" not in title and len(title) <= TITLE_MAX, title
 

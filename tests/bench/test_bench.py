@@ -17,9 +17,9 @@ from aiohttp.test_utils import TestServer
 
 from exporter.experiments.starvation import StarvationSettings, run_starvation
 from exporter.experiments.sweep import SweepSettings, run_sweep
+from exporter.launch import free_port
 from exporter.sim.engine.scheduler import Timings
 from tests.bench.standin import B_TTFT, PAUSE, StandIn
-from tests.scrape import free_port
 
 REPO = Path(__file__).resolve().parents[2]
 # docs/facts/rig.md#decode-starvation: A's longest gap and B's TTFT, in seconds.

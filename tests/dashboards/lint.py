@@ -20,7 +20,7 @@ DATASOURCE = {"type": "prometheus", "uid": "${datasource}"}
 # the new heatmap); older schemas are migrated by Grafana and lose settings.
 MIN_SCHEMA_VERSION = 36
 TARGET_VARIABLES = {"job": "job", "instance": "instance", "rig": "rig"}
-SCOPED_VARIABLES = {"card": "card", "engine": "name"}
+SCOPED_VARIABLES = {"card": "card", "engine": "engine"}
 # rig_gpu_expected_cards is per exporter: it has no card label.
 CARD_SERIES = re.compile(r"^(rig_gpu_(?!expected_cards$)|card(_sensor)?:)")
 ENGINE_SERIES = re.compile(r"^(rig_engine_|rig_probe_|rig_stream_|engine(_tier)?:)")
@@ -89,7 +89,7 @@ def lint_expr(expr: str, defined: set[str]) -> list[str]:
         if CARD_SERIES.match(metric):
             wanted["card"] = "card"
         if ENGINE_SERIES.match(metric):
-            wanted["engine"] = "name"
+            wanted["engine"] = "engine"
         for variable, label in wanted.items():
             if f'{label}=~"${variable}"' not in matchers:
                 problems.append(f'{metric} lacks {label}=~"${variable}"')

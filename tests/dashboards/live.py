@@ -17,8 +17,6 @@ import asyncio
 import contextlib
 import json
 import shutil
-import subprocess
-import sys
 import threading
 import time
 import urllib.parse
@@ -30,11 +28,11 @@ from typing import Any
 import aiohttp
 
 from alerts.generate import RULES_PATH
+from exporter.launch import Process, free_port, start_exporter, wait_ready
 from exporter.sim.engine.server import Block, SimServer
 from exporter.sim.engine.state import SimEngine
 from exporter.sim.rig.procfs_writer import HostSpec, write_cpu_hwmon, write_proc
 from exporter.sim.rig.sysfs_writer import write_rig
-from tests.scrape import free_port
 
 SCRAPE_SECONDS = 1
 RIG = "sim"
@@ -152,45 +150,16 @@ class SimThread:
         self._thread.join(timeout=10)
 
 
-def _log_tail(log: Path) -> str:
-    return "\n".join(log.read_text(errors="replace").splitlines()[-20:]) if log.exists() else ""
-
-
-def _wait_http(url: str, process: subprocess.Popen, log: Path, timeout: float) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        assert process.poll() is None, (
-            f"{process.args[0]} exited with {process.returncode}:\n{_log_tail(log)}")
-        try:
-            with urllib.request.urlopen(url, timeout=2):
-                return
-        except OSError:
-            time.sleep(0.2)
-    raise AssertionError(f"{url} did not answer within {timeout} s:\n{_log_tail(log)}")
-
-
-def _spawn(args: list[str], log: Path) -> subprocess.Popen:
-    """Start `args` with its stderr in `log` (the child keeps its own copy of the fd)."""
-    with log.open("w") as stderr:
-        return subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=stderr)
-
-
-def _stop(process: subprocess.Popen) -> None:
-    if process.poll() is None:
-        process.terminate()
-        try:
-            process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(timeout=10)
+def _log_tail(process: Process) -> str:
+    return "\n".join(process.log().splitlines()[-20:])
 
 
 class Stack:
     """Handles to the running stack, and Prometheus' HTTP API."""
 
     def __init__(self, sim: SimThread, sysfs_root: Path, proc_root: Path,
-                 exporter_url: str, prometheus_url: str, logs: list[Path]) -> None:
-        self.logs = logs
+                 exporter_url: str, prometheus_url: str, processes: list[Process]) -> None:
+        self.processes = processes
         self.sim = sim
         self.sysfs_root = sysfs_root
         self.proc_root = proc_root
@@ -228,7 +197,7 @@ class Stack:
             if body["status"] == "success" and body["data"]["result"]:
                 return body["data"]["result"]
             time.sleep(0.5)
-        logs = "\n".join(f"--- {log.name}\n{_log_tail(log)}" for log in self.logs)
+        logs = "\n".join(f"--- {p.name}\n{_log_tail(p)}" for p in self.processes)
         raise AssertionError(f"{expr} returned nothing within {timeout} s\n{logs}")
 
 
@@ -252,39 +221,28 @@ def running_stack(tmp: Path) -> Iterator[Stack]:
     write_rig(sysfs_root)
     write_cpu_hwmon(sysfs_root, 68.0)  # the Ryzen's k10temp Tctl
     write_proc(proc_root, HostSpec(swap_in_pages=100, swap_out_pages=200))
-    exporter_log, prometheus_log = tmp / "exporter.log", tmp / "prometheus.log"
     sim = SimThread(sim_engine())
-    processes: list[subprocess.Popen] = []
-    try:
+    with contextlib.ExitStack() as stack:
+        stack.callback(sim.stop)
         engine_url = sim.start()
-        exporter_address = f"127.0.0.1:{free_port()}"
         tap_address = f"127.0.0.1:{free_port()}"
-        processes.append(_spawn(
-            [sys.executable, "-m", "exporter",
-             "--web.listen-address", exporter_address,
-             "--engine", f"main={engine_url},probe_interval_seconds=1",
+        exporter = stack.enter_context(start_exporter(
+            ["--engine", f"main={engine_url},probe_interval_seconds=1",
              "--tap.listen-address", f"main={tap_address}",
              "--sysfs.root", str(sysfs_root), "--proc.root", str(proc_root),
              "--gpu.backend", "sysfs", "--log.level", "warning"],
-            exporter_log,
-        ))
-        exporter_url = f"http://{exporter_address}"
-        _wait_http(f"{exporter_url}/-/healthy", processes[-1], exporter_log, timeout=60)
+            tmp, wait=False))
+        exporter.wait_ready(timeout=60)
         sim.start_agent(f"http://{tap_address}")
         config = tmp / "prometheus.yml"
-        config.write_text(_prometheus_config(exporter_address))
+        config.write_text(_prometheus_config(exporter.address))
         prometheus_address = f"127.0.0.1:{free_port()}"
-        processes.append(_spawn(
-            [prometheus_bin, f"--config.file={config}",
-             f"--storage.tsdb.path={tmp / 'tsdb'}",
+        prometheus = stack.enter_context(Process(
+            "prometheus",
+            [prometheus_bin, f"--config.file={config}", f"--storage.tsdb.path={tmp / 'tsdb'}",
              f"--web.listen-address={prometheus_address}", "--log.level=warn"],
-            prometheus_log,
-        ))
+            tmp / "prometheus.log"))
         prometheus_url = f"http://{prometheus_address}"
-        _wait_http(f"{prometheus_url}/-/ready", processes[-1], prometheus_log, timeout=60)
-        yield Stack(sim, sysfs_root, proc_root, exporter_url, prometheus_url,
-                    [exporter_log, prometheus_log])
-    finally:
-        for process in reversed(processes):
-            _stop(process)
-        sim.stop()
+        wait_ready(f"{prometheus_url}/-/ready", prometheus, timeout=60)
+        yield Stack(sim, sysfs_root, proc_root, exporter.url, prometheus_url,
+                    [exporter, prometheus])

@@ -63,19 +63,19 @@ SELECTOR = 'rig_gpu_busy_ratio{job=~"$job", instance=~"$instance", rig=~"$rig", 
 BROKEN: dict[str, tuple[Callable[[dict[str, Any]], None], str]] = {
     "fixed rate window": (
         _set_expr("rate(rig_engine_decode_batches_total{job=~\"$job\", instance=~\"$instance\","
-                  " rig=~\"$rig\", name=~\"$engine\"}[5m])"),
+                  " rig=~\"$rig\", engine=~\"$engine\"}[5m])"),
         "rate() without [$__rate_interval]",
     ),
     "no rig matcher": (
         _set_expr('rig_engine_running_requests{job=~"$job", instance=~"$instance",'
-                  ' name=~"$engine"}'),
+                  ' engine=~"$engine"}'),
         'rig_engine_running_requests lacks rig=~"$rig"',
     ),
     "no card matcher": (
         _set_expr(SELECTOR.replace(', card=~"$card"', "")), 'lacks card=~"$card"'),
     "bare counter": (
         _set_expr('rig_engine_decode_batches_total{job=~"$job", instance=~"$instance",'
-                  ' rig=~"$rig", name=~"$engine"}'),
+                  ' rig=~"$rig", engine=~"$engine"}'),
         "counter rig_engine_decode_batches_total outside rate",
     ),
     "undefined variable": (_set_expr(SELECTOR.replace("$rig", "$rack")),

@@ -1,5 +1,5 @@
-"""deploy/: the systemd unit (hardening, systemd-analyze verify) and the Prometheus
-config for many rigs (promtool check config)."""
+"""deploy/: the systemd unit (hardening, systemd-analyze verify), the Prometheus
+config for many rigs (promtool check config), and the demo's Prometheus of its layout."""
 
 from __future__ import annotations
 
@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 import yaml
+
+from exporter.rigctl.stack import prometheus_config
 
 REPO = Path(__file__).resolve().parents[2]
 DEPLOY = REPO / "deploy"
@@ -97,3 +99,17 @@ def test_prometheus_config_for_many_rigs_passes_promtool(tmp_path: Path) -> None
                             text=True, timeout=60, check=False)
     assert result.returncode == 0, result.stdout + result.stderr
     assert "rules found" in result.stdout, result.stdout
+
+
+def test_the_demo_prometheus_has_the_deployed_layout(tmp_path: Path) -> None:
+    """`rigctl demo` writes its own Prometheus config (the checkout's deploy/ does not
+    ship); it keeps deploy/prometheus.yml's blocks, jobs and target discovery."""
+    deployed = yaml.safe_load((DEPLOY / "prometheus.yml").read_text())
+    demo = prometheus_config(tmp_path / "rules.yaml", "127.0.0.1:9093", tmp_path / "targets")
+    assert demo.keys() == deployed.keys()
+    assert [job["job_name"] for job in demo["scrape_configs"]] == [
+        job["job_name"] for job in deployed["scrape_configs"]]
+    for ours, theirs in zip(demo["scrape_configs"], deployed["scrape_configs"], strict=True):
+        assert ours.keys() == theirs.keys()
+    assert demo["scrape_configs"][0]["file_sd_configs"][0]["files"] == [
+        str(tmp_path / "targets" / "*.yml")]

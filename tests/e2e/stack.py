@@ -1,7 +1,7 @@
 """The end-to-end stack's simulated side: rigs whose exporters are real processes.
 
 - Every process runs in its own session (process group) and its own temporary
-  directory (`exporter.rigctl.stack.Process`), and the tests' `ExitStack`s stop
+  directory (`exporter.launch.Process`), and the tests' `ExitStack`s stop
   them in reverse order, even when a test fails.
 - The simulated SGLang servers and the webhook receiver share one asyncio loop in
   a background thread (`LoopThread`); tests change a rig's state through it.

@@ -3,52 +3,14 @@ stopped with Ctrl-C (SIGINT to its process group, as a terminal sends it)."""
 
 from __future__ import annotations
 
-import contextlib
 import os
 import re
-import select
 import signal
 import subprocess
-import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
-from exporter.rigctl.stack import REPO
-
-RIGCTL = [sys.executable, "-m", "exporter.rigctl"]
-
-
-@contextlib.contextmanager
-def demo_running(*args: str) -> Iterator[subprocess.Popen[str]]:
-    """`rigctl demo` in its own process group, killed if the test leaves it running."""
-    demo = subprocess.Popen([*RIGCTL, "demo", *args], cwd=REPO, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True, start_new_session=True,
-                            env={**os.environ, "PYTHONPATH": str(REPO)})
-    try:
-        yield demo
-    finally:
-        if demo.poll() is None:
-            os.killpg(demo.pid, signal.SIGKILL)
-            demo.wait(10)
-
-
-def _read_until(process: subprocess.Popen[str], pattern: str, timeout: float) -> list[str]:
-    """Lines of output up to and including the first that matches `pattern`."""
-    assert process.stdout is not None
-    lines: list[str] = []
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        ready, _, _ = select.select([process.stdout], [], [], 0.5)
-        if not ready:
-            continue
-        line = process.stdout.readline()
-        if not line:
-            break
-        lines.append(line)
-        if re.search(pattern, line):
-            return lines
-    raise AssertionError(f"no {pattern!r} within {timeout} s:\n{''.join(lines)}")
+from tests.demo_process import RIGCTL, demo_running, read_until
 
 
 def _alive(pid: int) -> bool:
@@ -62,7 +24,7 @@ def _alive(pid: int) -> bool:
 
 
 def test_list_names_every_scenario() -> None:
-    result = subprocess.run([*RIGCTL, "demo", "--list"], cwd=REPO, capture_output=True,
+    result = subprocess.run([*RIGCTL, "demo", "--list"], capture_output=True,
                             text=True, timeout=60, check=False)
     assert result.returncode == 0, result.stderr
     names = {line.split()[0] for line in result.stdout.splitlines()}
@@ -70,7 +32,7 @@ def test_list_names_every_scenario() -> None:
 
 
 def test_unknown_scenario_is_refused() -> None:
-    result = subprocess.run([*RIGCTL, "demo", "--scenario", "no-such"], cwd=REPO,
+    result = subprocess.run([*RIGCTL, "demo", "--scenario", "no-such"],
                             capture_output=True, text=True, timeout=60, check=False)
     assert result.returncode == 3
     assert "unknown scenario 'no-such'" in result.stderr
@@ -78,7 +40,7 @@ def test_unknown_scenario_is_refused() -> None:
 
 def test_ctrl_c_stops_everything_it_started() -> None:
     with demo_running("--scenario", "healthy", "--scenario", "healthy") as demo:
-        lines = _read_until(demo, r"running \(pids [\d ]+\)", timeout=120)
+        lines = read_until(demo, r"running \(pids [\d ]+\)", timeout=120)
         pids = [int(p) for p in re.search(r"pids ([\d ]+)\)", lines[-1]).group(1).split()]
         # The exporter, Prometheus and Alertmanager (all installed by ./setup.sh).
         assert len(pids) == 3, lines

@@ -13,15 +13,8 @@ import urllib.parse
 import urllib.request
 from pathlib import Path
 
-from exporter.rigctl.stack import (
-    Monitoring,
-    Process,
-    free_port,
-    start_exporter,
-    tool,
-    wait_exporter,
-    wait_ready,
-)
+from exporter.launch import Process, free_port, start_exporter, wait_ready
+from exporter.rigctl.stack import Monitoring, tool
 from exporter.sim.rig.simrig import SimRig
 from tests.e2e.stack import LoopThread
 
@@ -56,15 +49,13 @@ def test_remote_write_to_victoria_metrics_and_read_back(tmp_path: Path) -> None:
         rig = SimRig(TIME_SCALE, directory=tmp_path / "rig")
         loop.run(rig.start())
         stack.callback(lambda: loop.run(rig.stop()))
-        exporter, address = start_exporter("remote", rig.exporter_args(), tmp_path / "rig")
-        stack.callback(exporter.stop)
-        wait_exporter(exporter, address)
+        exporter = stack.enter_context(start_exporter(rig.exporter_args(), tmp_path / "rig"))
 
         monitoring = Monitoring(tmp_path / "monitoring", TIME_SCALE,
                                 receiver_url="http://127.0.0.1:9")
         stack.callback(monitoring.stop)
         monitoring.start(remote_write_url=vm_url + "/api/v1/write")
-        monitoring.write_targets([("remote", address)])
+        monitoring.write_targets([("remote", exporter.address)])
 
         deadline = time.monotonic() + 90
         while True:
@@ -78,6 +69,6 @@ def test_remote_write_to_victoria_metrics_and_read_back(tmp_path: Path) -> None:
         assert {c["metric"]["card"] for c in cards} == {"card1", "card2"}
         assert all(c["metric"]["job"] == "rig" and c["value"][1] == "1" for c in cards)
         # Two agents decoding, and the exporter's probe while it runs.
-        assert engines[0]["metric"]["name"] == "main" and engines[0]["value"][1] in ("2", "3")
+        assert engines[0]["metric"]["engine"] == "main" and engines[0]["value"][1] in ("2", "3")
         # A recording rule's output travels too: the store holds what the alerts use.
         assert vm_query(vm_url, 'instance:rig_host_memory_available:ratio{rig="remote"}')

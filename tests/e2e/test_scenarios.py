@@ -27,18 +27,14 @@ from typing import Any
 import pytest
 import yaml
 
+from alerts import ALERTMANAGER_CONFIG
 from alerts.generate import RULES_PATH
 from alerts.timescale import seconds
-from exporter.rigctl.stack import (
-    ALERTMANAGER_CONFIG,
-    Monitoring,
-    Notification,
-    WebhookReceiver,
-    start_exporter,
-    wait_exporter,
-)
+from exporter.launch import start_exporter
+from exporter.rigctl.stack import Monitoring, Notification, WebhookReceiver
 from exporter.sim.rig.simrig import SimRig
 from exporter.sim.scenarios import SCENARIOS, Expect, Scenario
+from exporter.sim.scenarios.player import play
 from tests.e2e import report
 from tests.e2e.stack import LoopThread
 
@@ -155,30 +151,29 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Run]:
                          tick_seconds=TICK_SECONDS)
             loop.run(rig.start())
             stack.callback(lambda r=rig: loop.run(r.stop()))
-            process, address = start_exporter(
-                scenario.name, rig.exporter_args(stall_poll_seconds=STALL_POLL_SECONDS,
-                                                 compress_stall_window=True),
-                workdir / scenario.name)
-            stack.callback(process.stop)
-            rigs[scenario.name], exporters[scenario.name] = rig, (process, address)
-        for process, address in exporters.values():
-            wait_exporter(process, address)
+            exporter = stack.enter_context(start_exporter(
+                rig.exporter_args(stall_poll_seconds=STALL_POLL_SECONDS,
+                                  compress_stall_window=True),
+                workdir / scenario.name, wait=False))
+            rigs[scenario.name], exporters[scenario.name] = rig, exporter
+        for exporter in exporters.values():
+            exporter.wait_ready()
         monitoring = Monitoring(workdir / "monitoring", TIME_SCALE, receiver.url,
                                 stall_scale=STALL_SCALE)
         stack.callback(monitoring.stop)
         monitoring.start()
-        monitoring.write_targets([(name, address) for name, (_, address) in exporters.items()])
+        monitoring.write_targets([(name, e.address) for name, e in exporters.items()])
         _wait_targets_up(monitoring, len(rigs))
         time.sleep(WARMUP_SECONDS)
 
-        run = Run({name: address for name, (_, address) in exporters.items()}, {})
+        run = Run({name: e.address for name, e in exporters.items()}, {})
 
-        async def play(scenario: Scenario) -> None:
+        async def play_one(scenario: Scenario) -> None:
             run.fault_at[scenario.name] = time.monotonic() + (scenario.fault_at or 0) / TIME_SCALE
             await play(rigs[scenario.name], scenario)
 
         async def play_all() -> None:
-            await asyncio.gather(*(play(s) for s in SCENARIO_LIST))
+            await asyncio.gather(*(play_one(s) for s in SCENARIO_LIST))
 
         longest = max(s.seconds for s in SCENARIO_LIST) / TIME_SCALE
         loop.run(play_all(), timeout=longest + 30)

@@ -47,7 +47,7 @@ async def scrape(faulty: SimEngine, deadline: float = 1.5) -> tuple[dict, str]:
     samples = {}
     for family in text_string_to_metric_families(text):
         for s in family.samples:
-            key = (s.name, s.labels.get("source") or s.labels.get("name"), s.labels.get("tier"))
+            key = (s.name, s.labels.get("source") or s.labels.get("engine"), s.labels.get("tier"))
             samples[key] = s.value
     return samples, text
 
@@ -114,11 +114,11 @@ def test_healthy_engine_families_and_info():
     assert engine[("rig_engine_cache_hit_tokens_total", "bad", "L2")] == 30
     assert engine[("rig_engine_hicache_host_used_tokens", "bad", None)] == 318900
     info = next(s for f in text_string_to_metric_families(text) for s in f.samples
-                if s.name == "rig_engine_info" and s.labels["name"] == "bad")
+                if s.name == "rig_engine_info" and s.labels["engine"] == "bad")
     assert info.labels["version"] == "0.5.23"
     assert info.labels["tp_size"] == "2"
     assert info.labels["hicache"] == "true"
-    assert info.labels["engine"] == "sglang"
+    assert info.labels["kind"] == "sglang"
 
 
 def test_server_info_falls_back_to_get_server_info():

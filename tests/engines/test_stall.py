@@ -172,7 +172,7 @@ def test_real_time_pause_end_to_end():
                 for _ in range(40):
                     text = exporter.render(await exporter.snapshot()).decode()
                     if "rig_engine_decode_stall_seconds{" in text and (
-                            'name="main"} 0.0' in text.split(
+                            'engine="main",kind="sglang"} 0.0' in text.split(
                                 "rig_engine_decode_stall_seconds{")[1].split("\n")[0]):
                         break
                     await asyncio.sleep(0.25)

@@ -50,7 +50,7 @@ def run_exporter(version: str, seconds: float, files: bool) -> tuple[dict, int]:
 
     text, renders = asyncio.run(scenario())
     values = {s.name: s.value for f in text_string_to_metric_families(text)
-              for s in f.samples if s.labels.get("name") == "main"}
+              for s in f.samples if s.labels.get("engine") == "main"}
     return values, renders
 
 

@@ -17,9 +17,9 @@ import pytest
 import trustme
 
 from exporter.config import ConfigError
+from exporter.launch import start_exporter
 from exporter.web_security import load_web_security
 from tests.conftest import SYSFS_FIXTURE
-from tests.exporter_process import REPO, exporter_process
 
 USER, PASSWORD = "prometheus", "correct horse battery staple"
 
@@ -65,9 +65,9 @@ def test_basic_auth_over_tls(tmp_path: Path, ca: trustme.CA) -> None:
     config = _web_config(tmp_path, ca, users=True)
     client = ssl.create_default_context()
     ca.configure_trust(client)
-    with exporter_process(tmp_path, "--web.config.file", str(config),
-                          "--sysfs.root", str(SYSFS_FIXTURE), "--no-collector.host",
-                          scheme="https", context=client) as exporter:
+    with start_exporter(["--web.config.file", str(config),
+                         "--sysfs.root", str(SYSFS_FIXTURE), "--no-collector.host"],
+                        tmp_path, scheme="https", context=client) as exporter:
         metrics = exporter.url + "/metrics"
         assert _get(metrics, client) == 401
         assert _get(metrics, client, (USER, "wrong")) == 401
@@ -84,8 +84,8 @@ def test_basic_auth_over_tls(tmp_path: Path, ca: trustme.CA) -> None:
 
 
 def test_without_a_web_config_it_serves_plain_http_without_auth(tmp_path: Path) -> None:
-    with exporter_process(tmp_path, "--sysfs.root", str(SYSFS_FIXTURE),
-                          "--no-collector.host") as exporter:
+    with start_exporter(["--sysfs.root", str(SYSFS_FIXTURE), "--no-collector.host"],
+                        tmp_path) as exporter:
         assert _get(exporter.url + "/metrics") == 200
 
 
@@ -111,17 +111,17 @@ def test_bad_web_config_names_the_key(tmp_path: Path, text: str, key: str) -> No
 
 
 def test_missing_web_config_file_exits_2_with_one_line(tmp_path: Path) -> None:
-    with exporter_process(tmp_path, "--web.config.file", str(tmp_path / "absent.yml"),
-                          wait=False) as exporter:
-        assert exporter.process.wait(timeout=20) == 2
+    with start_exporter(["--web.config.file", str(tmp_path / "absent.yml")], tmp_path,
+                        wait=False) as exporter:
+        assert exporter.popen.wait(timeout=20) == 2
         assert "web.config_file" in exporter.log()
         assert "Traceback" not in exporter.log()
 
 
 def _rigctl(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "exporter.rigctl", *args], cwd=REPO,
+    return subprocess.run([sys.executable, "-m", "exporter.rigctl", *args],
                           capture_output=True, text=True, timeout=60,
-                          env={**os.environ, "PYTHONPATH": str(REPO), **(env or {})})
+                          env={**os.environ, **(env or {})})
 
 
 def test_rigctl_health_uses_the_same_credentials_and_ca(tmp_path: Path, ca: trustme.CA) -> None:
@@ -132,9 +132,9 @@ def test_rigctl_health_uses_the_same_credentials_and_ca(tmp_path: Path, ca: trus
     password_file.write_text(PASSWORD + "\n")
     client = ssl.create_default_context()
     ca.configure_trust(client)
-    with exporter_process(tmp_path, "--web.config.file", str(config),
-                          "--sysfs.root", str(SYSFS_FIXTURE), "--no-collector.host",
-                          scheme="https", context=client) as exporter:
+    with start_exporter(["--web.config.file", str(config),
+                         "--sysfs.root", str(SYSFS_FIXTURE), "--no-collector.host"],
+                        tmp_path, scheme="https", context=client) as exporter:
         base = ("health", "--exporter", exporter.url, "--json")
         untrusted = _rigctl(*base)
         assert untrusted.returncode == 3 and "CERTIFICATE_VERIFY_FAILED" in untrusted.stderr

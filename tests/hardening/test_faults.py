@@ -37,7 +37,7 @@ async def _scrape(url: str) -> dict:
 
 
 def engine_value(samples: dict, family: str) -> float | None:
-    return samples.get((family, frozenset({"engine": "sglang", "name": "main"}.items())))
+    return samples.get((family, frozenset({"engine": "main", "kind": "sglang"}.items())))
 
 
 def present(samples: dict, pci_bus: str) -> dict[str, float]:

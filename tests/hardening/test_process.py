@@ -11,11 +11,11 @@ import time
 import urllib.request
 from pathlib import Path
 
+from exporter.launch import free_port, start_exporter
 from exporter.sim.engine.server import SimServer
 from exporter.sim.engine.state import Fault, SimEngine
 from tests.conftest import SYSFS_FIXTURE
-from tests.exporter_process import exporter_process, wait_until_serving
-from tests.scrape import free_port, parse_samples, value
+from tests.scrape import parse_samples, value
 
 
 class HungEngine:
@@ -37,8 +37,9 @@ class HungEngine:
 
 
 def test_sigterm_during_a_scrape_of_a_hung_engine_exits_within_2_s(tmp_path: Path) -> None:
-    with HungEngine() as engine_url, exporter_process(
-        tmp_path, "--engine", f"main={engine_url}", "--no-collector.gpu", "--no-collector.host",
+    with HungEngine() as engine_url, start_exporter(
+        ["--engine", f"main={engine_url}", "--no-collector.gpu", "--no-collector.host"],
+        tmp_path,
     ) as exporter:
         scrape = threading.Thread(
             target=lambda: _ignore_errors(lambda: urllib.request.urlopen(
@@ -47,8 +48,8 @@ def test_sigterm_during_a_scrape_of_a_hung_engine_exits_within_2_s(tmp_path: Pat
         scrape.start()
         time.sleep(0.5)  # the scrape now waits on the hung engine (8 s deadline)
         started = time.monotonic()
-        exporter.process.send_signal(signal.SIGTERM)
-        exporter.process.wait(timeout=10)
+        exporter.popen.send_signal(signal.SIGTERM)
+        exporter.popen.wait(timeout=10)
         assert time.monotonic() - started < 2.0, exporter.log()
 
 
@@ -62,22 +63,21 @@ def test_a_failed_bind_is_reported_and_never_logged_as_listening(tmp_path: Path)
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         port = taken.getsockname()[1]
-        with exporter_process(tmp_path, "--web.listen-address", f"127.0.0.1:{port}",
-                              "--no-collector.gpu", "--no-collector.host",
-                              wait=False) as exporter:
-            assert exporter.process.wait(timeout=20) == 1
+        with start_exporter(["--no-collector.gpu", "--no-collector.host"], tmp_path,
+                            address=f"127.0.0.1:{port}", wait=False) as exporter:
+            assert exporter.popen.wait(timeout=20) == 1
     log = exporter.log()
     assert f"cannot listen on 127.0.0.1:{port}" in log
     assert "listening on" not in log
 
 
 def test_access_log_is_opt_in(tmp_path: Path) -> None:
-    args = ("--no-collector.gpu", "--no-collector.host")
-    with exporter_process(tmp_path, *args) as quiet:
+    args = ["--no-collector.gpu", "--no-collector.host"]
+    with start_exporter(args, tmp_path) as quiet:
         urllib.request.urlopen(quiet.url + "/metrics", timeout=10).read()
         time.sleep(0.2)
     assert '"GET /metrics' not in quiet.log()
-    with exporter_process(tmp_path, *args, "--web.access-log") as chatty:
+    with start_exporter([*args, "--web.access-log"], tmp_path) as chatty:
         urllib.request.urlopen(chatty.url + "/metrics", timeout=10).read()
         time.sleep(0.2)
     assert '"GET /metrics' in chatty.log()
@@ -85,17 +85,17 @@ def test_access_log_is_opt_in(tmp_path: Path) -> None:
 
 def test_an_empty_host_is_logged_as_all_interfaces(tmp_path: Path) -> None:
     port = free_port()
-    with exporter_process(tmp_path, "--web.listen-address", f":{port}",
-                          "--no-collector.gpu", "--no-collector.host", wait=False) as exporter:
-        wait_until_serving(f"http://127.0.0.1:{port}", exporter.process, exporter.log_path)
+    with start_exporter(["--no-collector.gpu", "--no-collector.host"], tmp_path,
+                        address=f":{port}", wait=False) as exporter:
+        exporter.wait_ready()  # on 127.0.0.1: an empty host is every interface
     assert f"listening on port {port} on all interfaces (http)" in exporter.log()
     assert "http://:" not in exporter.log()
 
 
 def test_engine_url_ending_in_metrics_is_refused_with_one_line(tmp_path: Path) -> None:
-    with exporter_process(tmp_path, "--engine", "main=http://127.0.0.1:30000/metrics",
-                          wait=False) as exporter:
-        assert exporter.process.wait(timeout=20) == 2
+    with start_exporter(["--engine", "main=http://127.0.0.1:30000/metrics"], tmp_path,
+                        wait=False) as exporter:
+        assert exporter.popen.wait(timeout=20) == 2
     assert "engine[0].url" in exporter.log() and "without a path" in exporter.log()
 
 
@@ -108,17 +108,17 @@ def test_sighup_reloads_a_good_config_and_keeps_the_old_one_on_garbage(tmp_path:
     config = tmp_path / "rig.toml"
     config.write_text(f'[gpu]\nbackend = "sysfs"\nsysfs_root = "{SYSFS_FIXTURE}"\n'
                       "[host]\nenabled = false\n")
-    with exporter_process(tmp_path, "--config.file", str(config)) as exporter:
+    with start_exporter(["--config.file", str(config)], tmp_path) as exporter:
         assert value(_scrape(exporter.url), "rig_source_up", source="gpu") == 1
 
         config.write_text("this is [not toml\n")
-        exporter.process.send_signal(signal.SIGHUP)
+        exporter.popen.send_signal(signal.SIGHUP)
         _wait_for_log(exporter, "config not reloaded")
-        assert exporter.process.poll() is None
+        assert exporter.popen.poll() is None
         assert value(_scrape(exporter.url), "rig_source_up", source="gpu") == 1
 
         config.write_text("[gpu]\nenabled = false\n[host]\nenabled = false\n")
-        exporter.process.send_signal(signal.SIGHUP)
+        exporter.popen.send_signal(signal.SIGHUP)
         _wait_for_log(exporter, "config reloaded")
         assert value(_scrape(exporter.url), "rig_source_up", source="gpu") is None
 

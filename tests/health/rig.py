@@ -148,5 +148,5 @@ def one(report: Report, name: str, /, **labels: str) -> Check:
 
 def statuses(report: Report) -> dict[str, str]:
     """Non-ok checks: `name[subject]` -> status."""
-    return {f"{c.name}[{c.labels.get('name') or c.labels.get('card') or ''}]": c.status.value
+    return {f"{c.name}[{c.labels.get('engine') or c.labels.get('card') or ''}]": c.status.value
             for c in report.checks if c.status.value in ("warn", "crit")}

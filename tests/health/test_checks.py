@@ -123,37 +123,37 @@ class TestGpu:
 class TestDecode:
     def test_starvation_names_the_engine_and_the_stall(self) -> None:
         watch, rig = Watch(), Rig(engines=[engine(stall=47.2)])
-        check = one(watch.at(0, rig), "decode_starvation", name="main")
+        check = one(watch.at(0, rig), "decode_starvation", engine="main")
         assert check.status is Status.CRIT and "fires after 30 s" in check.reason
-        check = one(watch.over(0, 30, 15, rig), "decode_starvation", name="main")
+        check = one(watch.over(0, 30, 15, rig), "decode_starvation", engine="main")
         assert check.status is Status.CRIT
         assert "main" in check.reason and "47.2 s" in check.reason
         assert check.value == 47.2 and check.threshold == 10
 
     def test_a_probe_gap_counts_as_starvation_too(self) -> None:
         rig = Rig(engines=[engine(stall=None)], probes=[probe(max_gap=12.0)])
-        check = one(Watch().over(0, 30, 15, rig), "decode_starvation", name="main")
+        check = one(Watch().over(0, 30, 15, rig), "decode_starvation", engine="main")
         assert check.status is Status.CRIT and "probe waited 12 s" in check.reason
 
     def test_a_stall_under_the_threshold_is_not_starvation(self) -> None:
         check = one(Watch().over(0, 60, 15, Rig(engines=[engine(stall=9.9)])),
-                    "decode_starvation", name="main")
+                    "decode_starvation", engine="main")
         assert check.status is Status.OK
 
     def test_wedged_queue_needs_a_minute_of_history(self) -> None:
         rig = Rig(engines=[engine(queued_requests=3, running_requests=0)])
         watch = Watch()
-        assert one(watch.at(0, rig), "engine_wedged", name="main").status is Status.UNKNOWN
+        assert one(watch.at(0, rig), "engine_wedged", engine="main").status is Status.UNKNOWN
         # A long cold prefill also shows none running: ok until the rule's 5m hold.
-        check = one(watch.over(0, 60, 15, rig), "engine_wedged", name="main")
+        check = one(watch.over(0, 60, 15, rig), "engine_wedged", engine="main")
         assert check.status is Status.OK and "RigEngineWedged fires after 5m" in check.reason
-        check = one(watch.over(60, 360, 15, rig), "engine_wedged", name="main")
+        check = one(watch.over(60, 360, 15, rig), "engine_wedged", engine="main")
         assert check.status is Status.CRIT and "3 queued, none running" in check.reason
         assert check.alert == "RigEngineWedged"
 
     def test_where_a_probe_answers_it_decides_wedged(self) -> None:
         rig = Rig(engines=[engine(queued_requests=3, running_requests=0)], probes=[probe()])
-        check = one(Watch().over(0, 360, 15, rig), "engine_wedged", name="main")
+        check = one(Watch().over(0, 360, 15, rig), "engine_wedged", engine="main")
         assert check.status is Status.OK and "last stream probe ok" in check.reason
 
     def test_stutter_counts_separate_minutes(self) -> None:
@@ -163,7 +163,7 @@ class TestDecode:
             watch.over(minute * 60, minute * 60 + 45, 15, Rig(engines=[engine(stall=stall)]))
         # Steps every minute back from 645 s land on 105, 285 and 465 s: one per stall.
         check = one(watch.at(645, Rig(engines=[engine(stall=0.0)])), "decode_stutter",
-                    name="main")
+                    engine="main")
         assert check.status is Status.WARN and check.value == 3
         # A 12 s stall is starvation, not stutter; two stutter minutes are not enough.
         watch = Watch(Thresholds(decode_stutter_for_seconds=0))
@@ -171,24 +171,24 @@ class TestDecode:
             stall = {1: 4.0, 4: 12.0, 7: 4.0}.get(minute, 0.0)
             watch.over(minute * 60, minute * 60 + 45, 15, Rig(engines=[engine(stall=stall)]))
         check = one(watch.at(645, Rig(engines=[engine(stall=0.0)])), "decode_stutter",
-                    name="main")
+                    engine="main")
         assert check.status is Status.OK and check.value == 2
 
     def test_stutter_is_unknown_until_the_window_fills(self) -> None:
-        check = one(Watch().over(0, 300, 15, Rig()), "decode_stutter", name="main")
+        check = one(Watch().over(0, 300, 15, Rig()), "decode_stutter", engine="main")
         assert check.status is Status.UNKNOWN and "watched 5m of 10m" in check.reason
 
     def test_failed_probe_while_the_engine_answers(self) -> None:
         rig = Rig(probes=[probe(success=False, reason="HTTP 503 'overloaded'")])
-        check = one(Watch().over(0, 300, 30, rig), "engine_wedged", name="main")
+        check = one(Watch().over(0, 300, 30, rig), "engine_wedged", engine="main")
         assert check.status is Status.CRIT and "HTTP 503" in check.reason
 
     def test_engine_down_hides_its_other_checks(self) -> None:
         rig = Rig(down={"engine/main": "GET http://127.0.0.1:30000/metrics: refused"})
         report = Watch().over(0, 300, 30, rig)
-        assert one(report, "engine_up", name="main").status is Status.CRIT
-        assert "refused" in one(report, "engine_up", name="main").reason
-        assert not [c for c in report.checks if c.labels.get("name") == "main"
+        assert one(report, "engine_up", engine="main").status is Status.CRIT
+        assert "refused" in one(report, "engine_up", engine="main").reason
+        assert not [c for c in report.checks if c.labels.get("engine") == "main"
                     and c.name != "engine_up"]
 
 
@@ -196,27 +196,27 @@ class TestQueueAndKv:
     def test_head_of_line_after_five_minutes(self) -> None:
         rig = Rig(engines=[engine(queued_requests=2, running_requests=1)])
         watch = Watch()
-        assert one(watch.over(0, 290, 30, rig), "queue", name="main").status is Status.OK
-        assert one(watch.over(290, 300, 10, rig), "queue", name="main").status is Status.WARN
+        assert one(watch.over(0, 290, 30, rig), "queue", engine="main").status is Status.OK
+        assert one(watch.over(290, 300, 10, rig), "queue", engine="main").status is Status.WARN
 
     def test_kv_usage_and_retractions(self) -> None:
         full = Rig(engines=[engine(kv_usage_ratio=0.97)])
-        assert one(Watch().over(0, 300, 30, full), "kv_pool", name="main").status is Status.WARN
+        assert one(Watch().over(0, 300, 30, full), "kv_pool", engine="main").status is Status.WARN
         watch = Watch()
         watch.over(0, 300, 30, Rig(engines=[engine(retracted_requests_total=4)]))
         check = one(watch.at(315, Rig(engines=[engine(retracted_requests_total=6)])),
-                    "kv_pool", name="main")
+                    "kv_pool", engine="main")
         assert check.status is Status.WARN and "2 requests retracted" in check.reason
         # The counter created by the first retractions (absent before) counts from 0.
         watch = Watch()
         watch.over(0, 120, 30, Rig())
         check = one(watch.at(135, Rig(engines=[engine(retracted_requests_total=3)])),
-                    "kv_pool", name="main")
+                    "kv_pool", engine="main")
         assert check.status is Status.WARN and "3 requests retracted" in check.reason
         # Near miss: a counter that stood still for the whole window.
         watch = Watch()
         check = one(watch.over(0, 330, 30, Rig(engines=[engine(retracted_requests_total=3)])),
-                    "kv_pool", name="main")
+                    "kv_pool", engine="main")
         assert check.status is Status.OK
 
 
@@ -243,7 +243,7 @@ class TestHiCache:
             hicache_evicted_tokens_total=900 * 345, hicache_loaded_back_tokens_total=800 * 345,
             prompt_tokens_total=5000 * 345, tiers={"L1": 3000 * 345, "L2": 100 * 345})])
         )
-        check = one(report, "hicache_churn", name="main")
+        check = one(report, "hicache_churn", engine="main")
         assert check.status is Status.WARN
         assert check.value == 800 and "L2 serves 2.0% of prompt tokens" in check.reason
         assert statuses(report) == {"hicache_churn[main]": "warn"}
@@ -255,7 +255,7 @@ class TestHiCache:
                   tier_L2=2000)
         report = watch.monitor.report
         assert report is not None
-        assert one(report, "hicache_churn", name="main").status is Status.OK
+        assert one(report, "hicache_churn", engine="main").status is Status.OK
 
     def test_full_l2_while_evicting(self) -> None:
         watch = Watch(self.T)
@@ -263,7 +263,7 @@ class TestHiCache:
         report = watch.at(345, Rig(engines=[engine(
             hicache_host_capacity_tokens=500_000, hicache_host_used_tokens=495_000,
             hicache_evicted_tokens_total=50 * 345)]))
-        check = one(report, "hicache_l2_occupancy", name="main")
+        check = one(report, "hicache_l2_occupancy", engine="main")
         assert check.status is Status.WARN and "99% full" in check.reason
 
     def test_no_hicache_no_checks(self) -> None:
@@ -366,7 +366,7 @@ def test_a_tap_gap_counts_as_starvation() -> None:
             return Snapshot((*base.results, SourceResult("tap/main", tap, 0.0)))
 
     check = one(Watch().at(0, TapRig(engines=[engine(stall=None)])), "decode_starvation",
-                name="main")
+                engine="main")
     assert check.status is Status.CRIT
     assert "stream tap waited 12.5 s" in check.reason and "3 streams open" in check.reason
 
@@ -389,5 +389,5 @@ def test_stutter_minutes_count_from_the_tap_or_the_tracker() -> None:
         rig.tap_gap = 4.0 if minute in (4, 7) else 0.0  # the tracker missed these two
         watch.over(minute * 60, minute * 60 + 45, 15, rig)
     check = one(watch.at(645, TapRig(engines=[engine(stall=0.0)])), "decode_stutter",
-                name="main")
+                engine="main")
     assert check.status is Status.WARN and check.value == 3

@@ -20,11 +20,11 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from alerts.generate import render
+from exporter.launch import free_port
 from exporter.rigctl.health import exit_code
 from exporter.sim.rig.sysfs_writer import RIG_CARDS
 from exporter.thresholds import Thresholds
 from tests.health.rig import validate
-from tests.scrape import free_port
 from tests.test_rigctl_health import live_rig
 
 # card2 at 107 °C with its clock held at 72 % under load: RigGpuThermalDownclock

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 from aiohttp import web
 
-from tests.scrape import free_port
+from exporter.launch import free_port
 
 
 @dataclass

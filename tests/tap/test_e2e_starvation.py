@@ -24,6 +24,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from exporter.config import Config, EngineConfig, GpuConfig, HostConfig
 from exporter.engines.source import EngineSource
+from exporter.launch import free_port
 from exporter.runtime import Exporter
 from exporter.sim.engine.scheduler import Policy
 from exporter.sim.engine.state import SimEngine
@@ -31,12 +32,11 @@ from exporter.streams import StreamMeter, StreamTiming
 from exporter.tap.source import TapSource
 from exporter.tap.state import TapState
 from tests.engines.helpers import running_sim
-from tests.scrape import free_port
 
 SCALE = 10.0
 SCRAPE_SECONDS = 15.0  # simulated
 RULES = Path(__file__).resolve().parents[2] / "alerts" / "rig-rules.yaml"
-LABELS = {"job": "rig", "instance": "rig:9842", "engine": "sglang", "name": "main"}
+LABELS = {"job": "rig", "instance": "rig:9842", "engine": "main", "kind": "sglang"}
 
 
 async def stream(session: aiohttp.ClientSession, url: str, body: dict,

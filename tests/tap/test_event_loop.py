@@ -4,19 +4,15 @@ without it: a stream through the tap of a real exporter process on either loop."
 from __future__ import annotations
 
 import asyncio
-import os
-import subprocess
 import sys
 
 import aiohttp
 import pytest
 
 from exporter import event_loop
-from tests.exporter_process import REPO, wait_until_serving
-from tests.scrape import free_port, parse_samples
+from exporter.launch import free_port, start_exporter
+from tests.scrape import parse_samples
 from tests.tap.standin import Script, StandIn, stream_bytes
-
-HIDE_UVLOOP = "import sys; sys.modules['uvloop'] = None"  # `import uvloop` then fails
 
 
 def running_loop_module() -> str:
@@ -43,43 +39,35 @@ def test_asyncio_without_it(monkeypatch):
 def test_the_exporter_taps_a_stream_on_either_loop(tmp_path, loop):
     script = Script(shape="chat", first_token_seconds=0.01, gaps_seconds=(0.01,) * 4)
     standin = StandIn(script)
-    prelude = HIDE_UVLOOP if loop == "asyncio" else "import sys"
-    port, tap_port = free_port(), free_port()
-    log_path = tmp_path / "exporter.log"
+    tap_port = free_port()
 
-    async def scenario(engine_url: str) -> tuple[bytes, str]:
+    async def scenario(exporter_url: str) -> tuple[bytes, str]:
         async with aiohttp.ClientSession() as session:
             async with session.post(f"http://127.0.0.1:{tap_port}/v1/chat/completions",
                                     json={"stream": True}) as response:
                 body = await response.read()
-            async with session.get(f"http://127.0.0.1:{port}/metrics") as response:
+            async with session.get(f"{exporter_url}/metrics") as response:
                 return body, await response.text()
 
-    async def main() -> tuple[bytes, str]:
+    async def main() -> tuple[bytes, str, str]:
         engine_url = await standin.start()
-        with open(log_path, "w") as log_file:
-            process = subprocess.Popen(
-                [sys.executable, "-c", f"{prelude}; import runpy; "
-                 "runpy.run_module('exporter', run_name='__main__')",
-                 "--web.listen-address", f"127.0.0.1:{port}", "--log.level", "debug",
-                 "--no-collector.gpu", "--no-collector.host",
-                 "--engine", f"main={engine_url},stall_tracker=false,"
-                             f"tap_listen_address=127.0.0.1:{tap_port}"],
-                cwd=REPO, stdout=log_file, stderr=subprocess.STDOUT,
-                env={**os.environ, "PYTHONPATH": str(REPO)})
+        exporter = start_exporter(
+            ["--log.level", "debug", "--no-collector.gpu", "--no-collector.host",
+             "--engine", f"main={engine_url},stall_tracker=false,"
+                         f"tap_listen_address=127.0.0.1:{tap_port}"],
+            tmp_path, wait=False, uvloop=loop == "uvloop")
         try:
-            await asyncio.to_thread(wait_until_serving, f"http://127.0.0.1:{port}", process,
-                                    log_path)
-            return await scenario(engine_url)
+            await asyncio.to_thread(exporter.wait_ready)
+            body, metrics = await scenario(exporter.url)
+            return body, metrics, exporter.log()
         finally:
-            process.kill()
-            process.wait()
+            exporter.stop()
             await standin.stop()
 
-    body, metrics = asyncio.run(main())
+    body, metrics, log = asyncio.run(main())
     head, frames = stream_bytes(script)
     assert body == head + b"".join(frames)
     ok = {(n, labels) for (n, labels), v in parse_samples(metrics).items()
           if n == "rig_stream_requests_total" and ("outcome", "ok") in labels and v == 1.0}
     assert len(ok) == 1, metrics
-    assert f"event loop: {loop}" in log_path.read_text()
+    assert f"event loop: {loop}" in log

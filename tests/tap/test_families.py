@@ -10,8 +10,9 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from exporter.config import Config, EngineConfig, GpuConfig, HostConfig
+from exporter.launch import free_port
 from exporter.runtime import Exporter
-from tests.scrape import free_port, get, serving
+from tests.scrape import get, serving
 from tests.tap.standin import Script, StandIn
 
 
@@ -22,9 +23,9 @@ def exporter_with_tap(url: str, address: str) -> Exporter:
 
 
 def samples(text: str) -> dict[tuple, float]:
-    """Keyed by (name, *label pairs) in the order engine, name, then the rest."""
+    """Keyed by (name, *label pairs) in the order engine, kind, then the rest."""
     def key(labels: dict[str, str]) -> list[tuple[str, str]]:
-        return sorted(labels.items(), key=lambda kv: (kv[0] not in ("engine", "name"), kv))
+        return sorted(labels.items(), key=lambda kv: (kv[0] not in ("engine", "kind"), kv))
     return {(s.name, *key(s.labels)): s.value
             for f in text_string_to_metric_families(text) for s in f.samples}
 
@@ -48,12 +49,12 @@ def test_engine_down_the_tap_answers_502_and_stays_up():
     assert status == 502
     assert values[("rig_source_up", ("source", "engine/main"))] == 0.0
     assert values[("rig_source_up", ("source", "tap/main"))] == 1.0
-    ids = (("engine", "sglang"), ("name", "main"))
+    ids = (("engine", "main"), ("kind", "sglang"))
     assert values[("rig_stream_requests_total", *ids, ("outcome", "error"))] == 1.0
     assert values[("rig_stream_active", *ids)] == 0.0
 
 
-def test_stream_families_with_engine_and_name_labels():
+def test_stream_families_with_engine_and_kind_labels():
     script = Script(shape="chat", first_token_seconds=0.1, gaps_seconds=(0.02, 0.4, 0.02))
 
     standin = StandIn(script)
@@ -74,7 +75,7 @@ def test_stream_families_with_engine_and_name_labels():
             await standin.stop()
 
     values = samples(asyncio.run(scenario()))
-    ids = (("engine", "sglang"), ("name", "main"))
+    ids = (("engine", "main"), ("kind", "sglang"))
     assert values[("rig_stream_requests_total", *ids, ("outcome", "ok"))] == 1.0
     assert values[("rig_stream_requests_total", *ids, ("outcome", "client_closed"))] == 0.0
     assert values[("rig_stream_ttft_seconds_count", *ids)] == 1.0

@@ -15,8 +15,8 @@ import pytest
 from aiohttp import web
 
 from exporter.config import EngineConfig
+from exporter.launch import free_port
 from exporter.tap.source import TapSource
-from tests.scrape import free_port
 from tests.tap.standin import Script, StandIn, stream_bytes
 
 GAPS = (0.05, 0.3, 0.1, 0.6, 0.02, 0.02)

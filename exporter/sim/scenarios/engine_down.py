@@ -6,7 +6,7 @@ loading a 27B model on TP=2 and capturing graphs takes minutes, so the rule
 waits 5 m. Here the server stops for seven minutes and then comes back with
 its counters restarted.
 
-Must raise: RigEngineDown{name="main"} (rig_source_up of engine/main at 0 for 5 m).
+Must raise: RigEngineDown{engine="main"} (rig_source_up of engine/main at 0 for 5 m).
 Must not raise: RigEngineWedged (it needs the engine to answer HTTP),
 RigDecodeStarvation (an unreachable engine is not a stall),
 RigExporterSourceDown (engine sources are RigEngineDown's; the probe source
@@ -30,7 +30,7 @@ async def engine_restarts(rig) -> None:
 SCENARIO = fault_held(
     "engine-down", __doc__, "SGLang is killed: its port refuses connections", engine_dies,
     DEFAULTS.engine_down_for_seconds,
-    expects=(Expect("RigEngineDown", {"name": "main", "severity": "critical"}),),
+    expects=(Expect("RigEngineDown", {"engine": "main", "severity": "critical"}),),
     must_not={"RigEngineWedged", "RigDecodeStarvation", "RigExporterSourceDown"},
     heal_says="SGLang restarts on the same port, counters from zero", heal_act=engine_restarts,
 )

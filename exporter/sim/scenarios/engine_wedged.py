@@ -43,7 +43,7 @@ SCENARIO = fault_held(
     "engine-wedged", __doc__,
     "the scheduler hangs: 3 queued, none running, /generate sends nothing", scheduler_hangs,
     FIRST_PROBE_FAILS_WITHIN + DEFAULTS.engine_wedged_seconds,
-    expects=(Expect("RigEngineWedged", {"signal": "probe", "name": "main",
+    expects=(Expect("RigEngineWedged", {"signal": "probe", "engine": "main",
                                         "severity": "critical"}),),
     must_not={"RigEngineDown", "RigQueueHeadOfLine", "RigDecodeStarvation"},
     heal_says="the engine is restarted", heal_act=engine_restarted,

@@ -37,7 +37,7 @@ SCENARIO = fault_held(
     "l3-miss-storm", __doc__,
     "sessions come back from L3: every lookup misses, everything is recomputed",
     l3_lookups_miss, DEFAULTS.hicache_storage_for_seconds,
-    expects=(Expect("RigHiCacheStorageMisses", {"name": "main", "severity": "warning"}),),
+    expects=(Expect("RigHiCacheStorageMisses", {"engine": "main", "severity": "warning"}),),
     must_not={"RigHiCacheThrash", "RigHiCacheHostPoolFull", "RigKVPoolSaturated"},
     heal_says="L3 fixed (or off): sessions hit L1 again",
 )

@@ -42,7 +42,7 @@ SCENARIO = scenario(
             f"a fresh 64K prefill: decode pauses {PAUSE_SECONDS} s", prefill_chunk_pause),
      heal(HEAL_AT, "no more fresh prefills")),
     seconds=HEAL_AT + DEFAULTS.decode_stutter_for_seconds + MARGIN_SECONDS,
-    expects=(Expect("RigDecodeStuttering", {"name": "main", "severity": "warning"}),),
+    expects=(Expect("RigDecodeStuttering", {"engine": "main", "severity": "warning"}),),
     must_not={"RigDecodeStarvation", "RigEngineWedged", "RigQueueHeadOfLine"},
     heal_at=HEAL_AT,
 )

@@ -50,7 +50,7 @@ SCENARIO = scenario(
      Step(FIRST_TOKEN_AT, "heal",
           f"B's first token after {B_TTFT_SECONDS} s; A decodes again", b_first_token)),
     seconds=FIRST_TOKEN_AT + 90.0,
-    expects=(Expect("RigDecodeStarvation", {"name": "main", "severity": "critical"}),),
+    expects=(Expect("RigDecodeStarvation", {"engine": "main", "severity": "critical"}),),
     must_not={"RigDecodeStuttering", "RigEngineWedged", "RigQueueHeadOfLine",
               "RigKVPoolSaturated"},
     heal_at=FIRST_TOKEN_AT,

@@ -31,7 +31,7 @@ SCENARIO = fault_held(
     "queue-hog", __doc__,
     "one 196K session decodes a 70K-token answer; three agents wait", one_agent_hogs,
     DEFAULTS.queue_wait_seconds,
-    expects=(Expect("RigQueueHeadOfLine", {"name": "main", "severity": "warning"}),),
+    expects=(Expect("RigQueueHeadOfLine", {"engine": "main", "severity": "warning"}),),
     must_not={"RigDecodeStarvation", "RigEngineWedged", "RigKVPoolSaturated"},
     heal_says="the long answer ends: the queue drains",
 )

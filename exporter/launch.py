@@ -1,0 +1,142 @@
+"""Start a real `rig-exporter` on loopback and wait until it serves: the one launcher
+of `rigctl demo`, the tests and the benchmarks, with the free port and the child
+process they share.
+
+A child runs in its own session (process group) with its output in a log file, and
+`stop` ends its group. The exporter runs on this interpreter with `-P` (no current
+directory on its path), so it imports the installed package, never a checkout that
+happens to be the working directory.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import socket
+import ssl
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Sequence
+from pathlib import Path
+
+# `import uvloop` fails where sys.modules holds None for it: asyncio's loop serves.
+WITHOUT_UVLOOP = ("import sys; sys.modules['uvloop'] = None; import runpy;"
+                  " runpy.run_module('exporter', run_name='__main__')")
+
+
+def free_port() -> int:
+    """A loopback port that was free a moment ago."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Process:
+    """A child process in its own session; its output goes to `log_path` (or nowhere)."""
+
+    def __init__(self, name: str, argv: Sequence[str], log_path: Path | None,
+                 cwd: Path | None = None) -> None:
+        self.name = name
+        self.log_path = log_path
+        argv = list(argv)
+        # setpriv (util-linux, in every Debian) asks the kernel to SIGTERM the
+        # process when the thread that started it dies (prctl PR_SET_PDEATHSIG):
+        # a test run or demo killed outright leaves nothing behind either.
+        setpriv = shutil.which("setpriv")
+        if setpriv:
+            argv = [setpriv, "--pdeathsig", "TERM", "--", *argv]
+        with contextlib.ExitStack() as files:
+            out = (files.enter_context(open(log_path, "w")) if log_path is not None
+                   else subprocess.DEVNULL)
+            self.popen = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, cwd=cwd,
+                                          start_new_session=True)
+
+    def log(self) -> str:
+        if self.log_path is None:
+            return "(no log kept)"
+        return self.log_path.read_text(errors="replace")
+
+    def stop(self) -> None:
+        """SIGTERM to its group, then SIGKILL if it is still there 10 s later."""
+        if self.popen.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.popen.pid, signal.SIGTERM)
+            try:
+                self.popen.wait(10)
+            except subprocess.TimeoutExpired:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(self.popen.pid, signal.SIGKILL)
+                self.popen.wait(5)
+
+    def __enter__(self) -> Process:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+class NotReady(RuntimeError):
+    """The process exited, or did not answer in time; the message holds its log."""
+
+
+def wait_ready(url: str, process: Process, timeout: float = 30.0,
+               context: ssl.SSLContext | None = None, unauthorised_ok: bool = False) -> bytes:
+    """The first body `url` answers with (HTTP 2xx), while `process` keeps running.
+    With `unauthorised_ok`, a 401 counts too: an exporter behind basic auth serves.
+    A process that never answers is stopped before NotReady is raised."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            with urllib.request.urlopen(url, timeout=2, context=context) as response:
+                return response.read()
+        except urllib.error.HTTPError as exc:
+            if unauthorised_ok and exc.code == 401:
+                return b""
+        except OSError:
+            pass
+        if process.popen.poll() is not None:
+            raise NotReady(f"{process.name} exited with {process.popen.returncode}:\n"
+                           f"{process.log()}")
+        if time.monotonic() >= deadline:
+            process.stop()
+            raise NotReady(f"{process.name} did not answer {url} in {timeout:g} s:\n"
+                           f"{process.log()}")
+        time.sleep(0.05)
+
+
+class ExporterProcess(Process):
+    """A `rig-exporter` child and where it listens."""
+
+    def __init__(self, args: Sequence[str], log_dir: Path | None, address: str, scheme: str,
+                 uvloop: bool, name: str) -> None:
+        host, port = address.rsplit(":", 1)
+        self.address = address
+        # An empty host listens on every interface; loopback reaches it.
+        self.url = f"{scheme}://{host or '127.0.0.1'}:{port}"
+        python = ["-m", "exporter"] if uvloop else ["-c", WITHOUT_UVLOOP]
+        log_path = log_dir / f"{name}-{port}.log" if log_dir is not None else None
+        super().__init__(name, [sys.executable, "-P", *python,
+                                "--web.listen-address", address, *args], log_path)
+
+    def wait_ready(self, timeout: float = 30.0, context: ssl.SSLContext | None = None) -> None:
+        wait_ready(self.url + "/-/healthy", self, timeout, context, unauthorised_ok=True)
+
+
+def start_exporter(args: Sequence[str], log_dir: Path | None, *, address: str | None = None,
+                   scheme: str = "http", context: ssl.SSLContext | None = None,
+                   wait: bool = True, uvloop: bool = True,
+                   name: str = "rig-exporter") -> ExporterProcess:
+    """`rig-exporter ARGS` listening on `address` (default: a free loopback port), its
+    log in `log_dir` as NAME-PORT.log. With `wait`, it returns once /-/healthy answers
+    (over TLS with `context`); `uvloop=False` serves on asyncio's loop even where
+    uvloop is installed. Use it as a context manager, or call `stop`."""
+    exporter = ExporterProcess(args, log_dir, address or f"127.0.0.1:{free_port()}", scheme,
+                               uvloop, name)
+    if wait:
+        exporter.wait_ready(context=context)
+    return exporter
