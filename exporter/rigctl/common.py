@@ -8,7 +8,6 @@ import base64
 import json
 import os
 import ssl
-import sys
 import urllib.error
 import urllib.request
 from dataclasses import dataclass
@@ -16,23 +15,25 @@ from pathlib import Path
 from typing import Any, TextIO
 from urllib.parse import urlsplit
 
+from exporter.command_line import CLOSED_PIPE_HELP, INTERRUPTED_HELP, OneLineErrors
 from exporter.config import DEFAULT_LISTEN_ADDRESS
 
 # Nagios plugin exit codes: a monitoring system can run rigctl as a check.
 EXIT_OK, EXIT_WARNING, EXIT_CRITICAL, EXIT_UNKNOWN = 0, 1, 2, 3
 DEFAULT_EXPORTER = f"http://{DEFAULT_LISTEN_ADDRESS}"
 
-EXIT_CODES = """exit status (as a Nagios plugin):
+# The end of every subcommand's exit status table: Ctrl-C and a closed pipe.
+EXIT_ENDINGS = f"  {INTERRUPTED_HELP}\n  {CLOSED_PIPE_HELP}"
+EXIT_CODES = f"""exit status (as a Nagios plugin):
   0  ok            1  warning
   2  critical      3  unknown: bad arguments, the exporter cannot be reached,
-                      or it could judge nothing yet"""
+                      or it could judge nothing yet
+{EXIT_ENDINGS}"""
 
 
-class Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # type: ignore[override]
-        # argparse exits 2, which a Nagios-style caller would read as "critical".
-        self.print_usage(sys.stderr)
-        self.exit(EXIT_UNKNOWN, f"{self.prog}: error: {message}\n")
+class Parser(OneLineErrors):
+    # argparse exits 2, which a Nagios-style caller would read as "critical".
+    usage_status = EXIT_UNKNOWN
 
 
 def http_url(text: str) -> str:

@@ -83,20 +83,17 @@ def run(args: argparse.Namespace, out: TextIO) -> int:
     if args.watch is None:
         return once(args, out)
     drawn = 0
-    try:
-        while True:
-            if is_tty(out):
-                out.write("\033[H\033[2J")  # home and clear: redraw in place
-            elif drawn:
-                print(file=out)
-            code = once(args, out)
-            out.flush()
-            drawn += 1
-            if args.count is not None and drawn >= args.count:
-                return code
-            time.sleep(args.watch)
-    except KeyboardInterrupt:
-        return code if drawn else EXIT_UNKNOWN
+    while True:  # until --count, Ctrl-C or a closed pipe (exporter.command_line)
+        if is_tty(out):
+            out.write("\033[H\033[2J")  # home and clear: redraw in place
+        elif drawn:
+            print(file=out)
+        code = once(args, out)
+        out.flush()
+        drawn += 1
+        if args.count is not None and drawn >= args.count:
+            return code
+        time.sleep(args.watch)
 
 
 def once(args: argparse.Namespace, out: TextIO) -> int:
