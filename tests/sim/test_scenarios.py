@@ -18,6 +18,8 @@ from exporter.thresholds import Thresholds
 from tests.scrape import Samples, get, parse_samples, serving
 from tests.sim.conditions import Crossing, crossed
 
+pytestmark = pytest.mark.long_running
+
 # The rig lives 50 times faster: a scenario second lasts 20 ms.
 TIME_SCALE = 50.0
 # The stall tracker reports no stall under MIN_STALL_SECONDS of real time (its
