@@ -22,6 +22,7 @@ from exporter.engines.probe import ProbeSource
 from exporter.engines.source import EngineSource
 from exporter.health.monitor import HealthMonitor
 from exporter.health.report import Report
+from exporter.log_limits import Conditions
 from exporter.snapshot import Snapshot, Source, SourceRunner
 from exporter.sources.gpu import GpuSource
 from exporter.sources.host import HostSource
@@ -68,6 +69,7 @@ class Exporter:
         self.health = HealthMonitor(config.thresholds, config.engines)
         self._sampler: asyncio.Task[None] | None = None
         self._rendered: tuple[Snapshot, bytes] | None = None
+        self._conditions = Conditions(log, level=logging.ERROR)
 
     async def start(self) -> None:
         for source in self.sources:
@@ -95,7 +97,8 @@ class Exporter:
                 await source.start()
         old = self.sources
         self.config, self.sources = config, sources
-        self.runner = SourceRunner(sources, config.web.scrape_deadline_seconds)
+        self.runner = SourceRunner(sources, config.web.scrape_deadline_seconds,
+                                   self.runner.conditions)
         self._in_flight = None
         self.health.reconfigure(config.thresholds, config.engines)
         for source in reversed(old):
@@ -135,8 +138,11 @@ class Exporter:
             if idle >= interval:
                 try:
                     await self.snapshot()
-                except Exception:  # a bug must not end the sampling for good
-                    log.exception("health sampler snapshot failed")
+                except Exception as exc:  # a bug must not end the sampling for good
+                    self._conditions.failed("health sampler", f"snapshot failed: {exc!r}",
+                                            kind=type(exc).__name__, exc=exc)
+                else:
+                    self._conditions.ok("health sampler")
                 idle = 0.0
             await asyncio.sleep(max(0.05, interval - idle))
 

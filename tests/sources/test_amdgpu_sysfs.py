@@ -235,14 +235,14 @@ def test_power1_input_that_answers_eopnotsupp_falls_back_quietly(
 ) -> None:
     # A kernel that shows power1_input though the SMU answers -EOPNOTSUPP on read.
     (hwmon_dir(sysfs_root, "card2") / "power1_input").write_text("")
-    real = amdgpu_sysfs._read_until_eof
+    real = amdgpu_sysfs.read_capped
 
-    def not_supported(path: str) -> bytes:
-        if path.endswith("power1_input"):
+    def not_supported(path: Path, max_bytes: int) -> bytes:
+        if path.name == "power1_input":
             raise OSError(errno.EOPNOTSUPP, "Operation not supported")
-        return real(path)
+        return real(path, max_bytes)
 
-    monkeypatch.setattr(amdgpu_sysfs, "_read_until_eof", not_supported)
+    monkeypatch.setattr(amdgpu_sysfs, "read_capped", not_supported)
     with caplog.at_level(logging.WARNING):
         cards = read(sysfs_root)
     assert cards["card2"].power_watts == 339.0
