@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from exporter import __version__
+from exporter import __version__, log_limits
 from exporter.config import (
     GPU_BACKENDS,
     GPU_CARD_SELECTIONS,
@@ -183,10 +183,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ConfigError as exc:
         print(f"rig-exporter: {exc}", file=sys.stderr)
         return 2
-    logging.basicConfig(
-        level=config.log_level.upper(),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
+    log_limits.install(config.log_level, config.log_repeat_interval_seconds)
     from exporter.web import serve  # aiohttp is only needed once the config is good
     from exporter.web_security import load_web_security
 

@@ -28,8 +28,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-#: How long a line about a repeating failure (or event kind) stands for its repeats;
-#: `[log] repeat_interval_seconds` sets it.
+#: How long a line about a repeating failure (or event kind) stands for its repeats:
+#: `[log] repeat_interval_seconds` (exporter/config.py), set by `install`.
 REPEAT_INTERVAL_SECONDS = 3600.0
 #: Changes of state told per subject per interval before a flapping one is only counted.
 MAX_CHANGES_PER_INTERVAL = 10
@@ -271,7 +271,7 @@ class CappedFormatter(logging.Formatter):
         return "\n".join(shorten(line, MAX_LINE_CHARS) for line in text.split("\n"))
 
 
-def install(level: str, repeat_interval_seconds: float = REPEAT_INTERVAL_SECONDS) -> None:
+def install(level: str, repeat_interval_seconds: float) -> None:
     """Configure the process's logging: one capped handler on stderr, aiohttp's
     per-request errors summarised, repeats told once per interval."""
     set_repeat_interval(repeat_interval_seconds)

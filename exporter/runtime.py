@@ -42,7 +42,8 @@ def build_sources(config: Config) -> list[Source]:
     sources: list[Source] = []
     if config.gpu.enabled and config.gpu.backend != "none":
         sources.append(GpuSource.from_backend(config.gpu.backend, config.gpu.sysfs_root,
-                                              config.gpu.cards, config.gpu.expected_cards))
+                                              config.gpu.cards, config.gpu.expected_cards,
+                                              config.gpu.reading_max_age_seconds))
     if config.host.enabled:
         sources.append(HostSource(config.host.proc_root, config.gpu.sysfs_root))
     for engine_config in config.engines:
