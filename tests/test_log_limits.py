@@ -87,7 +87,8 @@ def test_a_failure_that_goes_on_is_told_once_then_counted_once_an_interval(
         clock.now += 15
     assert [r.getMessage() for r in lines] == ["engine/main down: HTTP 500"]
     told.failed("engine/main", "HTTP 500")
-    assert lines[-1].getMessage() == "engine/main down: HTTP 500 (again, 239 times in the last 60 min)"
+    assert lines[-1].getMessage() == ("engine/main down: HTTP 500 "
+                                      "(again, 239 times in the last 60 min)")
     assert len(lines) == 2
 
 
