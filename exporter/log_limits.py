@@ -45,6 +45,7 @@ _interval_seconds = REPEAT_INTERVAL_SECONDS
 _QUOTED = re.compile(r"""b?'(?:[^'\\]|\\.)*(?:'|$)|b?"(?:[^"\\]|\\.)*(?:"|$)""")
 _NUMBER = re.compile(r"0x[0-9a-fA-F]+|\d+(?:\.\d+)?")
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+_ECHOED_BYTES = re.compile(r"(?:bytearray\()?b['\"]")
 
 
 def set_repeat_interval(seconds: float) -> None:
@@ -246,9 +247,9 @@ class RequestErrors(logging.Filter):
         remote = record.args[0] if isinstance(record.args, tuple) and record.args else "?"
         name = type(exc).__name__
         if isinstance(exc, HttpProcessingError):
-            # The first line only: the rest echoes the request's bytes, which may hold
-            # a password (an Authorization header with a bad character).
-            reason = str(exc.message).partition("\n")[0].strip()
+            # Never the request's bytes, which aiohttp echoes after the first line or
+            # as b'...': they may hold a password (an Authorization header).
+            reason = _ECHOED_BYTES.split(str(exc.message).partition("\n")[0])[0].strip()
             self._events(name, f"bad request from {remote}: HTTP {exc.code}, {name}: {reason}",
                          level=min(record.levelno, logging.INFO))
         else:

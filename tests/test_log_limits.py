@@ -270,3 +270,17 @@ def test_an_unreadable_source_says_so_again_after_recovery(
     assert messages[0] == messages[2] == "source engine/main down: HTTP 500"
     assert messages[1].startswith("source engine/main recovered")
     assert len(messages) == 3
+
+
+def test_a_bad_request_line_never_echoes_the_requests_bytes(
+        caplog: pytest.LogCaptureFixture) -> None:
+    from aiohttp.http_exceptions import LineTooLong
+
+    secret = "Authorization: Basic " + "c2VjcmV0" * 2000
+    exc = LineTooLong(repr(bytearray(secret.encode()[:100])) + "...", "8190")
+    record = logging.LogRecord("aiohttp.server", logging.ERROR, __file__, 1,
+                               "Error handling request from %s", ("127.0.0.1",),
+                               (type(exc), exc, None))
+    caplog.set_level(logging.DEBUG)
+    RequestErrors().filter(record)
+    assert "c2VjcmV0" not in caplog.text and "Got more than 8190 bytes" in caplog.text
