@@ -147,10 +147,6 @@ class Conditions:
         state.kind, state.repeats = None, 0
         self._change(state, now, logging.INFO, line, None)
 
-    def is_failing(self, subject: str) -> bool:
-        state = self._subjects.get(subject)
-        return state is not None and state.kind is not None
-
     def _change(self, state: _Subject, now: float, level: int, line: str,
                 exc: BaseException | None) -> None:
         if now - state.window_at >= _interval_seconds:

@@ -22,16 +22,9 @@ from exporter.log_limits import (
     shorten,
 )
 from exporter.snapshot import SourceError, SourceRunner
+from tests.engines.test_stall import FakeClock as Clock
 
 HOUR = 3600.0
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 @pytest.fixture
