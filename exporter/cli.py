@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from exporter import __version__
+from exporter import __version__, log_limits
 from exporter.command_line import EXIT_INTERRUPTED, OneLineErrors, run_guarded
 from exporter.config import (
     GPU_BACKENDS,
@@ -196,10 +196,7 @@ def run(args: argparse.Namespace) -> int:
     except ConfigError as exc:
         print(f"rig-exporter: {exc}", file=sys.stderr)
         return EXIT_BAD_CONFIG
-    logging.basicConfig(
-        level=config.log_level.upper(),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
+    log_limits.install(config.log_level, config.log_repeat_interval_seconds)
     from exporter.web import serve  # aiohttp is only needed once the config is good
     from exporter.web_security import load_web_security
 

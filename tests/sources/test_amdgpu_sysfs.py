@@ -6,6 +6,7 @@ import errno
 import filecmp
 import logging
 import os
+import tracemalloc
 from pathlib import Path
 
 import pytest
@@ -21,6 +22,7 @@ from exporter.sim.rig.sysfs_writer import (
 from exporter.snapshot import SourceError
 from exporter.sources import amdgpu_sysfs
 from exporter.sources.amdgpu_sysfs import AmdgpuSysfs, CardReading
+from exporter.sources.files import GPU_METRICS_MAX_BYTES, TEXT_MAX_BYTES
 from tests.conftest import SYSFS_FIXTURE, card_device, hwmon_dir
 
 
@@ -235,15 +237,47 @@ def test_power1_input_that_answers_eopnotsupp_falls_back_quietly(
 ) -> None:
     # A kernel that shows power1_input though the SMU answers -EOPNOTSUPP on read.
     (hwmon_dir(sysfs_root, "card2") / "power1_input").write_text("")
-    real = amdgpu_sysfs._read_until_eof
+    real = amdgpu_sysfs.read_capped
 
-    def not_supported(path: str) -> bytes:
-        if path.endswith("power1_input"):
+    def not_supported(path: Path, max_bytes: int) -> bytes:
+        if path.name == "power1_input":
             raise OSError(errno.EOPNOTSUPP, "Operation not supported")
-        return real(path)
+        return real(path, max_bytes)
 
-    monkeypatch.setattr(amdgpu_sysfs, "_read_until_eof", not_supported)
+    monkeypatch.setattr(amdgpu_sysfs, "read_capped", not_supported)
     with caplog.at_level(logging.WARNING):
         cards = read(sysfs_root)
     assert cards["card2"].power_watts == 339.0
     assert "power1_input" not in caplog.text
+
+
+class TestReadsAreCapped:
+    """A file no kernel would write costs its limit, not the exporter's memory."""
+
+    def test_a_link_to_dev_zero_is_that_files_error(
+        self, sysfs_root: Path, caplog: pytest.LogCaptureFixture
+    ) -> None:
+        busy = card_device(sysfs_root, "card1") / "gpu_busy_percent"
+        busy.unlink()
+        busy.symlink_to("/dev/zero")
+        with caplog.at_level(logging.WARNING):
+            card = read(sysfs_root)["card1"]
+        assert card.busy_ratio is None
+        assert card.memory_busy_ratio == 0.41  # the card's other files read as ever
+        assert f"longer than {TEXT_MAX_BYTES} bytes" in caplog.text
+
+    def test_a_huge_gpu_metrics_is_read_no_further_than_its_limit(
+        self, sysfs_root: Path, caplog: pytest.LogCaptureFixture
+    ) -> None:
+        metrics = card_device(sysfs_root, "card1") / "gpu_metrics"
+        with metrics.open("r+b") as f:
+            f.truncate(64 * 1024 * 1024)  # sparse: no disk, 64 MiB to whoever reads it all
+        tracemalloc.start()
+        try:
+            card = read(sysfs_root)["card1"]
+            _, peak = tracemalloc.get_traced_memory()
+        finally:
+            tracemalloc.stop()
+        assert card.throttle_reasons is None
+        assert peak < 4 * GPU_METRICS_MAX_BYTES
+        assert "card1: gpu_metrics" in caplog.text
