@@ -25,7 +25,7 @@ from exporter.runtime import Exporter
 from exporter.snapshot import Snapshot
 from exporter.tap import tap_readings
 from exporter.web_auth import BasicAuth
-from exporter.web_listener import Listener
+from exporter.web_listener import IDLE_SECONDS, Listener
 from exporter.web_security import WebSecurity
 
 log = logging.getLogger(__name__)
@@ -142,6 +142,7 @@ async def _serve(config: Config, security: WebSecurity,
     # A scrape of a hung engine may be in flight at SIGTERM: give handlers half a
     # second, then cancel them, so that a stop never waits out the 8 s deadline.
     runner = web.AppRunner(app, handle_signals=False, shutdown_timeout=STOP_GRACE_SECONDS,
+                           keepalive_timeout=IDLE_SECONDS,
                            access_log=access_logger if config.web.access_log else None)
     await runner.setup()
     try:

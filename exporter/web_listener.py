@@ -7,10 +7,12 @@ how long (docs/configuration.md#connections):
   open-file limit with descriptors kept for the sources (exporter/open_files.py);
 - a connection must deliver its first request head within HEAD_DEADLINE_SECONDS of
   being accepted, a TLS handshake included;
-- a kept-alive connection with no request in flight closes after IDLE_SECONDS;
+- a kept-alive connection with no request in flight closes after IDLE_SECONDS (also
+  aiohttp's keepalive_timeout; the listener's own timer covers a response that a
+  client never reads);
 - at the limit, a new connection closes the oldest one that has not sent a request
-  yet, else the oldest idle one; when every connection has a request in flight, new
-  ones wait in the kernel's backlog, which costs no descriptor.
+  yet, else the oldest idle one (idle for a second at least); when none of them can
+  go, new ones wait in the kernel's backlog, which costs no descriptor.
 
 It runs its own accept loop so that a connection counts from the moment it is
 accepted: aiohttp's TCPSite (asyncio's create_server) shows a TLS connection to the
@@ -21,12 +23,14 @@ hold a descriptor unseen.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import socket
 import ssl
 import time
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable
+from typing import cast
 
 from aiohttp import web
 
@@ -42,6 +46,9 @@ BACKLOG = 128
 # After an accept fails for lack of descriptors (another part of the process took
 # them), wait this long rather than spin.
 ACCEPT_RETRY_SECONDS = 0.1
+# An idle connection is shed for a new one only after this long: a response that was
+# just written is still on its way, a scraper between two scrapes is idle far longer.
+SHED_IDLE_AFTER_SECONDS = 1.0
 # The limit's and accept's warnings come at most this often, whatever the flood.
 LIMIT_LOG_INTERVAL_SECONDS = 60.0
 
@@ -52,13 +59,14 @@ class _Connection:
     """One accepted connection's state; it is `closed` once its slot is given back.
     `client` is the accepted socket until the event loop takes it over."""
 
-    __slots__ = ("client", "transport", "handshake", "timer", "closed")
+    __slots__ = ("client", "transport", "handshake", "timer", "idle_since", "closed")
 
     def __init__(self, client: socket.socket) -> None:
         self.client: socket.socket | None = client
-        self.transport: asyncio.BaseTransport | None = None
+        self.transport: asyncio.Transport | None = None
         self.handshake: asyncio.Task[None] | None = None
         self.timer: asyncio.TimerHandle | None = None
+        self.idle_since = 0.0
         self.closed = False
 
 
@@ -75,8 +83,8 @@ class Listener:
         self._waiting: OrderedDict[_Connection, None] = OrderedDict()
         self._idle: OrderedDict[_Connection, None] = OrderedDict()
         self._by_transport: dict[asyncio.BaseTransport, _Connection] = {}
-        self._freed = asyncio.Event()
-        self._shed = 0
+        self._room = asyncio.Event()
+        self._shed_count = 0
         self._shed_logged = self._refused_logged = -LIMIT_LOG_INTERVAL_SECONDS
 
     async def start(self, protocol_factory: Callable[[], asyncio.Protocol]) -> None:
@@ -117,10 +125,8 @@ class Listener:
     async def _accept(self, listening: socket.socket) -> None:
         loop = asyncio.get_running_loop()
         while True:
-            while self.open >= self.limit and not (self._waiting or self._idle):
-                # Every connection has a request in flight: new ones wait in the backlog.
-                self._freed.clear()
-                await self._freed.wait()
+            # Every connection busy: new ones wait in the backlog, at no descriptor.
+            await self._room_for_one()
             try:
                 client, _ = await loop.sock_accept(listening)
             except OSError as exc:  # EMFILE, ENFILE, ENOBUFS
@@ -130,11 +136,12 @@ class Listener:
                     self._refused_logged = now
                 await asyncio.sleep(ACCEPT_RETRY_SECONDS)
                 continue
-            if self.open >= self.limit and not self._shed_one():
-                client.close()  # every connection took a request meanwhile
-                self._note_shed()
-            else:
-                self._admit(client)
+            # Every connection may have taken a request meanwhile: this one waits too,
+            # accepted (one descriptor per listening socket at most) rather than reset.
+            await self._room_for_one()
+            if self.open >= self.limit:
+                self._shed(self._victim())
+            self._admit(client)
             # sock_accept returns without yielding while the backlog holds more.
             await asyncio.sleep(0)
 
@@ -168,7 +175,7 @@ class Listener:
         self._release(conn)
 
     def _started(self, conn: _Connection, transport: asyncio.BaseTransport) -> None:
-        conn.transport = transport
+        conn.transport = cast(asyncio.Transport, transport)  # a stream: TCP, or TLS over it
         if conn.closed:  # its deadline passed as the handshake completed
             transport.abort()
         else:
@@ -185,32 +192,51 @@ class Listener:
         if conn.closed:
             return
         self._idle[conn] = None
+        conn.idle_since = time.monotonic()
         conn.timer = asyncio.get_running_loop().call_later(IDLE_SECONDS, self._close, conn)
 
-    def _shed_one(self) -> bool:
-        """Close the oldest connection without a request in flight, for a new one."""
-        victims = self._waiting or self._idle
-        if not victims:
-            return False
-        self._close(next(iter(victims)))
-        self._note_shed()
-        return True
+    async def _room_for_one(self) -> None:
+        """Until a slot is free, or a connection can be shed for a new one."""
+        while self.open >= self.limit and self._victim() is None:
+            self._room.clear()
+            # An idle connection may grow old enough to shed before any slot frees.
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(SHED_IDLE_AFTER_SECONDS):
+                    await self._room.wait()
 
-    def _note_shed(self) -> None:
-        self._shed += 1
+    def _victim(self) -> _Connection | None:
+        """The oldest connection that has sent no request, else the oldest idle one."""
+        if self._waiting:
+            return next(iter(self._waiting))
+        if self._idle:
+            conn = next(iter(self._idle))
+            if time.monotonic() - conn.idle_since >= SHED_IDLE_AFTER_SECONDS:
+                return conn
+        return None
+
+    def _shed(self, conn: _Connection | None) -> None:
+        assert conn is not None
+        self._close(conn)
+        self._shed_count += 1
         now = time.monotonic()
         if now - self._shed_logged >= LIMIT_LOG_INTERVAL_SECONDS:
-            log.warning("web: at the limit of %d connections: %d closed or refused since "
+            log.warning("web: at the limit of %d connections: %d closed for newer ones since "
                         "the last report (the oldest without a request in flight go first)",
-                        self.limit, self._shed)
-            self._shed, self._shed_logged = 0, now
+                        self.limit, self._shed_count)
+            self._shed_count, self._shed_logged = 0, now
 
     def _close(self, conn: _Connection) -> None:
         """Close a connection now, whatever it was doing, and free its slot."""
         if conn.closed:
             return
-        if conn.transport is not None:
-            conn.transport.abort()  # close() would wait for a reader that never reads
+        transport = conn.transport
+        if transport is not None:
+            # close() sends what is queued, then FIN, but it would wait on a client that
+            # never reads, and TLS's close_notify on one that never answers.
+            if self.tls is None and not transport.get_write_buffer_size():
+                transport.close()
+            else:
+                transport.abort()
         elif conn.handshake is not None:
             conn.handshake.cancel()
             if conn.client is not None:  # the handshake has not even started
@@ -228,7 +254,7 @@ class Listener:
             self._by_transport.pop(conn.transport, None)
         if conn.timer is not None:
             conn.timer.cancel()
-        self._freed.set()
+        self._room.set()
 
 
 class _Tracked(asyncio.Protocol):

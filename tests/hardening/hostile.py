@@ -164,13 +164,15 @@ class Flood:
     """What a password flood got back."""
 
     statuses: Counter = field(default_factory=Counter)
+    by_index: dict[int, int | str] = field(default_factory=dict)
     seconds: list[float] = field(default_factory=list)
 
 
 async def password_flood(url: str, user: str, count: int, concurrency: int,
-                         prefix: str = "wrong") -> Flood:
-    """`count` requests with distinct wrong passwords for `user`, `concurrency` at a
-    time, each on its own connection."""
+                         prefix: str = "wrong", only: list[int] | None = None) -> Flood:
+    """`count` requests with distinct wrong passwords for `user` (PREFIX-0, PREFIX-1,
+    ...; with `only`, just those indices), `concurrency` at a time, each on its own
+    connection."""
     flood = Flood()
     gate = asyncio.Semaphore(concurrency)
     connector = aiohttp.TCPConnector(limit=0, force_close=True)
@@ -183,13 +185,16 @@ async def password_flood(url: str, user: str, count: int, concurrency: int,
                 async with session.get(url + "/metrics", headers={
                         "Authorization": basic_auth(user, f"{prefix}-{i}")}) as response:
                     await response.read()
-                    flood.statuses[response.status] += 1
+                    outcome: int | str = response.status
             except (aiohttp.ClientError, TimeoutError) as exc:
-                flood.statuses[type(exc).__name__] += 1
+                outcome = type(exc).__name__
             flood.seconds.append(time.perf_counter() - started)
+            flood.statuses[outcome] += 1
+            flood.by_index[i] = outcome
 
     async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session:
-        await asyncio.gather(*(one(session, i) for i in range(count)))
+        await asyncio.gather(*(one(session, i) for i in (range(count) if only is None
+                                                          else only)))
     return flood
 
 

@@ -6,16 +6,21 @@ scrape, so a lack of descriptors would show as gpu or host down."""
 
 from __future__ import annotations
 
+import asyncio
+import http.client
+import socket
 import ssl
+import threading
 import time
 import urllib.request
 from pathlib import Path
 
 import pytest
 import trustme
+from aiohttp import web
 
-from exporter.launch import start_exporter
-from exporter.web_listener import HEAD_DEADLINE_SECONDS
+from exporter.launch import free_port, start_exporter
+from exporter.web_listener import HEAD_DEADLINE_SECONDS, Listener
 from tests.conftest import SYSFS_FIXTURE
 from tests.hardening.hostile import SOURCE_UP, Scraper, open_idle, wait_closed
 
@@ -104,3 +109,86 @@ def test_tls_handshakes_that_never_start_count_and_end(tmp_path: Path) -> None:
     assert len(idle) == 80
     assert all(served), served
     assert closed == len(idle), f"{len(idle) - closed} connections still open"
+
+
+class ListenerOnAThread:
+    """A Listener in front of a small aiohttp app on its own loop and thread: /slow
+    answers once `release` is called, / at once."""
+
+    def __init__(self, limit: int) -> None:
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
+        self.listener = Listener("127.0.0.1", free_port(), None, limit)
+        self.gate = asyncio.Event()
+
+    def __enter__(self) -> ListenerOnAThread:
+        self.thread.start()
+        asyncio.run_coroutine_threadsafe(self._start(), self.loop).result(10)
+        return self
+
+    async def _start(self) -> None:
+        async def slow(request: web.Request) -> web.Response:
+            await self.gate.wait()
+            return web.Response(text="slow\n")
+
+        async def fast(request: web.Request) -> web.Response:
+            return web.Response(text="fast\n")
+
+        app = web.Application(middlewares=[self.listener.middleware()])
+        app.router.add_get("/slow", slow)
+        app.router.add_get("/", fast)
+        self.runner = web.AppRunner(app)
+        await self.runner.setup()
+        await self.listener.start(self.runner.server)
+
+    def release(self) -> None:
+        self.loop.call_soon_threadsafe(self.gate.set)
+
+    def __exit__(self, *exc: object) -> None:
+        async def stop() -> None:
+            await self.listener.close()
+            await self.runner.cleanup()
+
+        asyncio.run_coroutine_threadsafe(stop(), self.loop).result(10)
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(10)
+
+    def connection(self) -> http.client.HTTPConnection:
+        return http.client.HTTPConnection("127.0.0.1", self.listener.port, timeout=20)
+
+
+def _get(connection: http.client.HTTPConnection, path: str = "/") -> bytes:
+    connection.request("GET", path)
+    return connection.getresponse().read()
+
+
+def test_at_the_limit_a_new_connection_sheds_one_without_a_request_first() -> None:
+    with ListenerOnAThread(limit=2) as server:
+        scraper = server.connection()
+        assert _get(scraper) == b"fast\n"  # now an idle kept-alive connection
+        silent = socket.create_connection(("127.0.0.1", server.listener.port))
+        time.sleep(0.2)
+        newcomer = server.connection()
+        assert _get(newcomer) == b"fast\n"
+        silent.settimeout(5)
+        assert silent.recv(1) == b""  # the one that never sent a request went
+        assert _get(scraper) == b"fast\n"  # the kept-alive scraper stayed
+        silent.close()
+
+
+def test_at_the_limit_with_every_request_in_flight_a_new_one_waits_its_turn() -> None:
+    with ListenerOnAThread(limit=2) as server:
+        results: list[bytes] = []
+        busy = [threading.Thread(target=lambda: results.append(
+            _get(server.connection(), "/slow"))) for _ in range(2)]
+        for thread in busy:
+            thread.start()
+        time.sleep(0.3)
+        waiting = threading.Thread(target=lambda: results.append(_get(server.connection())))
+        waiting.start()
+        time.sleep(0.5)
+        assert results == [] and server.listener.open == 2  # the third is in the backlog
+        server.release()
+        for thread in [*busy, waiting]:
+            thread.join(20)
+        assert sorted(results) == [b"fast\n", b"slow\n", b"slow\n"]
