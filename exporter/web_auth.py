@@ -3,8 +3,8 @@
 A bcrypt check costs about 0.25 s of CPU at cost 12, by design. So
 (docs/configuration.md#what-a-password-check-costs):
 
-- bcrypt runs on its own thread (BCRYPT_THREADS), never in the default executor
-  where the sources read sysfs and /proc;
+- bcrypt runs on one thread of its own, a daemon that never holds a stop
+  (docs/deploy.md#stopping), and never on a thread a source reads with;
 - at most MAX_WAITING_CHECKS wait for that thread; beyond them a request is
   refused at once with 429 and Retry-After, which says "load", not "wrong
   password" (no password was checked);
@@ -22,17 +22,20 @@ from __future__ import annotations
 import asyncio
 import base64
 import binascii
+import functools
 import hashlib
 import os
+import queue
+import threading
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Mapping
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Executor, Future
+from typing import Any
 
 import bcrypt
 from aiohttp import web
 
-BCRYPT_THREADS = 1
-MAX_WAITING_CHECKS = 4  # about 1 s of waiting at cost 12, on top of the check running
+MAX_WAITING_CHECKS = 4  # 1-2 s of waiting at cost 12, behind the check running
 REMEMBERED_SUCCESSES = 64
 REMEMBERED_FAILURES = 4096  # 16-byte digests: about half a megabyte at most
 RETRY_AFTER_SECONDS = 1
@@ -57,7 +60,7 @@ class BasicAuth:
         self._granted: OrderedDict[bytes, None] = OrderedDict()
         self._denied: OrderedDict[bytes, None] = OrderedDict()
         self._checking: dict[bytes, asyncio.Future[bool]] = {}
-        self._executor = ThreadPoolExecutor(BCRYPT_THREADS, thread_name_prefix="bcrypt")
+        self._thread = _DaemonThread("bcrypt")
 
     async def check(self, user: str, password: str) -> bool | None:
         """True for a listed user's password, False otherwise; None when too many
@@ -69,7 +72,7 @@ class BasicAuth:
                 return verdict
         pending = self._checking.get(key)
         if pending is None:
-            if len(self._checking) >= BCRYPT_THREADS + MAX_WAITING_CHECKS:
+            if len(self._checking) > MAX_WAITING_CHECKS:  # the one running and those
                 return None
             pending = self._checking[key] = asyncio.ensure_future(
                 self._verify(key, user, password))
@@ -81,7 +84,7 @@ class BasicAuth:
         loop = asyncio.get_running_loop()
         try:
             matched = await loop.run_in_executor(
-                self._executor, self._matches, password.encode(),
+                self._thread, self._matches, password.encode(),
                 self._stand_in if hashed is None else hashed)
         finally:
             del self._checking[key]
@@ -105,10 +108,6 @@ class BasicAuth:
         digest.update(len(name).to_bytes(4, "big") + name + password.encode())
         return digest.digest()
 
-    def close(self) -> None:
-        """Drop the checks that wait; the one running finishes on its own."""
-        self._executor.shutdown(wait=False, cancel_futures=True)
-
     def middleware(self) -> Callable[[web.Request, Handler], Awaitable[web.StreamResponse]]:
         """Every path needs a listed user's password, as with the exporter-toolkit."""
 
@@ -127,6 +126,31 @@ class BasicAuth:
             return await handler(request)
 
         return authenticate
+
+
+class _DaemonThread(Executor):
+    """One daemon thread, for run_in_executor. ThreadPoolExecutor's threads are not
+    daemons: Python joins them at exit, so a check under way would hold a stop."""
+
+    def __init__(self, name: str) -> None:
+        self._jobs: queue.SimpleQueue[tuple[Future[Any], Callable[[], Any]]] = (
+            queue.SimpleQueue())
+        threading.Thread(target=self._work, name=name, daemon=True).start()
+
+    def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Future[Any]:
+        future: Future[Any] = Future()
+        self._jobs.put((future, functools.partial(fn, *args, **kwargs)))
+        return future
+
+    def _work(self) -> None:
+        while True:
+            future, job = self._jobs.get()
+            if not future.set_running_or_notify_cancel():  # its waiter gave up
+                continue
+            try:
+                future.set_result(job())
+            except BaseException as exc:  # handed to the waiting coroutine
+                future.set_exception(exc)
 
 
 def _cost(hashed: bytes) -> int:
