@@ -1,6 +1,6 @@
 """Basic auth that a flood of wrong passwords cannot turn against the sources.
 
-A bcrypt check costs about 0.25 s of CPU at cost 12, by design. So
+A bcrypt check costs a quarter to half a second of CPU at cost 12, by design. So
 (docs/configuration.md#what-a-password-check-costs):
 
 - bcrypt runs on one thread of its own, a daemon that never holds a stop
@@ -72,7 +72,7 @@ class BasicAuth:
                 return verdict
         pending = self._checking.get(key)
         if pending is None:
-            if len(self._checking) > MAX_WAITING_CHECKS:  # the one running and those
+            if len(self._checking) > MAX_WAITING_CHECKS:  # one running, the rest waiting
                 return None
             pending = self._checking[key] = asyncio.ensure_future(
                 self._verify(key, user, password))

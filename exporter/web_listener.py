@@ -85,7 +85,7 @@ class Listener:
         self._by_transport: dict[asyncio.BaseTransport, _Connection] = {}
         self._room = asyncio.Event()
         self._shed_count = 0
-        self._shed_logged = self._refused_logged = -LIMIT_LOG_INTERVAL_SECONDS
+        self._shed_logged = self._accept_error_logged = -LIMIT_LOG_INTERVAL_SECONDS
 
     async def start(self, protocol_factory: Callable[[], asyncio.Protocol]) -> None:
         """Bind (OSError if the address cannot be had) and start accepting."""
@@ -131,9 +131,9 @@ class Listener:
                 client, _ = await loop.sock_accept(listening)
             except OSError as exc:  # EMFILE, ENFILE, ENOBUFS
                 now = time.monotonic()
-                if now - self._refused_logged >= LIMIT_LOG_INTERVAL_SECONDS:
+                if now - self._accept_error_logged >= LIMIT_LOG_INTERVAL_SECONDS:
                     log.warning("web: cannot accept a connection: %s", exc)
-                    self._refused_logged = now
+                    self._accept_error_logged = now
                 await asyncio.sleep(ACCEPT_RETRY_SECONDS)
                 continue
             # Every connection may have taken a request meanwhile: this one waits too,
