@@ -57,6 +57,8 @@ FLAGS = (
          "HOST:PORT to serve on (default {default}; use 0.0.0.0:PORT to open it)"),
     Flag("--web.scrape-deadline", "web", "scrape_deadline_seconds",
          "seconds each source may take per scrape", float),
+    Flag("--web.max-connections", "web", "max_connections",
+         "connections served at once; the open-file limit may lower it", int),
     Flag("--web.config.file", "web", "config_file",
          "exporter-toolkit web config (YAML): TLS and basic auth; see docs/configuration.md"),
     Flag("--sysfs.root", "gpu", "sysfs_root", "root of the sysfs tree to read"),

@@ -46,6 +46,9 @@ class WebConfig:
     config_file: str | None = None
     # One line per request is noise at a 15 s scrape; on when debugging.
     access_log: bool = False
+    # Connections served at once, as Prometheus' own --web.max-connections (512); the
+    # open-file limit may lower it (exporter/web_listener.py).
+    max_connections: int = 512
 
     @property
     def host(self) -> str:
@@ -195,6 +198,9 @@ def _web(t: Mapping[str, Any]) -> WebConfig:
         scrape_deadline_seconds=deadline,
         config_file=None if config_file is None else _str("web.config_file", config_file),
         access_log=_bool("web.access_log", t.get("access_log", defaults.access_log)),
+        max_connections=int(_positive("web.max_connections",
+                                      t.get("max_connections", defaults.max_connections),
+                                      integer=True)),
     )
 
 
