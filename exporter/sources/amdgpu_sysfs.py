@@ -78,6 +78,8 @@ class CardReading:
     pcie_links: list[PcieLink] = field(default_factory=list)
     # None: gpu_metrics unreadable or of an unknown layout, so no reason is known.
     throttle_reasons: frozenset[str] | None = None
+    # gpu_metrics (format, content) revision from its header; None: not read.
+    gpu_metrics_revision: tuple[int, int] | None = None
 
 
 @dataclass(frozen=True)
@@ -147,7 +149,8 @@ class AmdgpuSysfs:
         self._kinds: dict[str, tuple[str, str]] = {}  # pci_bus -> (kind, reason)
         # Keyed by PCI address: a driver reset can bring a card back as another cardN.
         self._seen: dict[str, tuple[str, str]] = {}  # pci_bus -> (card, unique_id)
-        self._warned: set[tuple[str, str]] = set()
+        #: (card, file) -> the first reason it could not be read, as logged (once).
+        self.problems: dict[tuple[str, str], str] = {}
         self._energy: dict[tuple[str, str], EnergyCounter] = {}  # by (pci_bus, unique_id)
 
     def read_cards(self) -> list[CardReading]:
@@ -301,6 +304,7 @@ class AmdgpuSysfs:
         blob = files.binary("gpu_metrics")
         if blob is None:
             return
+        reading.gpu_metrics_revision = gpu_metrics.revision(blob)
         try:
             metrics = gpu_metrics.decode(blob)
         except gpu_metrics.GpuMetricsError as exc:
@@ -316,8 +320,8 @@ class AmdgpuSysfs:
                                                 metrics.average_socket_power_watts)
 
     def _warn(self, card: str, filename: str, reason: str) -> None:
-        if (card, filename) not in self._warned:
-            self._warned.add((card, filename))
+        if (card, filename) not in self.problems:
+            self.problems[(card, filename)] = reason
             log.warning("%s: %s: %s (reported once)", card, filename, reason)
 
 
