@@ -16,7 +16,7 @@ import aiohttp
 
 from exporter.config import EngineConfig
 from exporter.doctor.context import NEEDS_CONFIG, Context
-from exporter.doctor.report import Check, fail, ok, skip, warn
+from exporter.doctor.report import Check, fail, ok, plural, skip, warn
 from exporter.engines.fetch import get_text
 from exporter.engines.stall.multiproc_files import FileSample
 from exporter.engines.stall.plans import Counters, parse_version
@@ -36,11 +36,25 @@ COMPARED = {"decode_passes": "decode passes", "streamed_tokens": "streamed token
 
 
 def engine_checks(c: Context) -> list[Check]:
-    out: list[Check] = []
+    out = _configured(c)
     for name in c.watch.engines():
         out += [_version(c, name), _stall_plan(c, name), _decode_progress(c, name),
                 _tap_bypass(c, name), _metrics_dir(c, name)]
     return out
+
+
+def _configured(c: Context) -> list[Check]:
+    """The config's engines are the exporter's: else the file checks judge another rig."""
+    if c.config is None:
+        return []
+    exported, configured = c.watch.engines(), sorted(e.name for e in c.config.engines)
+    if exported != configured:
+        return [warn("engines", "rig", f"the config names the engines "
+                     f"{', '.join(configured) or 'none'}, the exporter reads "
+                     f"{', '.join(exported) or 'none'}: it runs another config",
+                     "restart the exporter with this config file")]
+    return [ok("engines", "rig", f"the exporter reads the config's engines: "
+               f"{', '.join(configured) or 'none'}")]
 
 
 def _info(c: Context, name: str) -> dict[str, str] | None:
@@ -76,7 +90,7 @@ def _stall_plan(c: Context, name: str) -> Check:
     if config is not None and not config.stall_tracker:
         return skip("stall_plan", name, f"{name}: stall_tracker = false in the config")
     resolution = last.total("rig_engine_decode_stall_resolution_seconds", engine=name)
-    at = f", a poll every {resolution:g} s" if resolution is not None else ""
+    at = f", a poll every {resolution:.2f} s" if resolution is not None else ""
     plans = last.all("rig_engine_decode_stall_plan_info", engine=name)
     if plans:
         plan = plans[0].labels
@@ -163,7 +177,7 @@ def _tap_bypass(c: Context, name: str) -> Check:
                     f"{w.seconds:.1f} s watched", "rerun while the agents work")
     around = engine - tap - probes
     allowed = f" ({probes} for the exporter's own probe)" if probes else ""
-    seen = (f"{name}: the engine gave {engine:.0f} requests their first token in "
+    seen = (f"{name}: the engine gave {plural(engine, 'request')} their first token in "
             f"{w.seconds:.1f} s, the tap saw {tap:.0f}{allowed}")
     if around > 0:
         where = config.tap_listen_address if config is not None else "its address"
@@ -179,7 +193,7 @@ def _metrics_dir(c: Context, name: str) -> Check:
     if not config.metrics_dir:
         resolution = c.watch.last.total("rig_engine_decode_stall_resolution_seconds",
                                         engine=name)
-        at = f" (a poll every {resolution:g} s now)" if resolution is not None else ""
+        at = f" (a poll every {resolution:.2f} s now)" if resolution is not None else ""
         return skip("metrics_dir", name, f"{name}: no metrics_dir: the stall tracker reads "
                     f"/metrics under the engine-render budget{at}",
                     "set metrics_dir to SGLang's PROMETHEUS_MULTIPROC_DIR: the tracker then "

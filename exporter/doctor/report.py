@@ -58,6 +58,11 @@ def fail(name: str, subject: str, detail: str, fix: str) -> Check:
     return Check(name, subject, Status.FAIL, detail, fix)
 
 
+def plural(count: float, noun: str) -> str:
+    """`1 request`, `2 requests`."""
+    return f"{count:.0f} {noun}{'' if count == 1 else 's'}"
+
+
 @dataclass(frozen=True)
 class Verdict:
     checks: tuple[Check, ...]
