@@ -35,7 +35,9 @@ FAMILIES = frozenset({
 
 @dataclass(frozen=True)
 class Scrape:
-    #: time.monotonic() when the answer was in.
+    #: time.monotonic() when the request was sent. The exporter reads its sources
+    #: as a scrape arrives (or shares a read under way), so this is when the cards
+    #: were read; the answer may come seconds later, after a slow engine's.
     at: float
     samples: dict[str, list[Sample]]
 
@@ -55,6 +57,7 @@ class Scrape:
 def scrape(exporter: str, timeout: float, access: Access) -> Scrape:
     """One GET of the exporter's /metrics; Unreachable (or BadAnswer) when it fails."""
     url = exporter + "/metrics"
+    sent = time.monotonic()
     text = get_text(url, timeout, access)
     exposition = parse(text, FAMILIES)
     if exposition.type_lines == 0:
@@ -65,7 +68,7 @@ def scrape(exporter: str, timeout: float, access: Access) -> Scrape:
     for family in exposition.families.values():
         for sample in family.samples:
             samples.setdefault(sample.name, []).append(sample)
-    return Scrape(time.monotonic(), samples)
+    return Scrape(sent, samples)
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,430 @@
+"""Acceptance: `rigctl doctor` as a process, against a real exporter process that
+reads the simulated rig (exporter/sim: SGLang server, two 7900 XTX cards in a sysfs
+tree, the host's /proc), a real Prometheus and Alertmanager (exporter/rigctl/stack.py),
+and for Grafana, which cannot run here, a stand-in: a small aiohttp server answering
+/api/search and /api/datasources as Grafana's HTTP API documents them.
+
+The simulated rig runs in this test's event loop, so the doctor runs as an asyncio
+subprocess while the rig answers; the cards' energy accumulators count their power
+from a task here, with a chosen factor.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import json
+import re
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import aiohttp
+from aiohttp import web
+
+from dashboards.panels import UIDS
+from exporter.launch import free_port, start_exporter
+from exporter.rigctl.stack import Monitoring
+from exporter.sim.rig.simrig import SimRig
+from exporter.sources.energy_counter import JOULES_PER_COUNT
+from exporter.thresholds import Thresholds
+from tests.rigctl.conftest import ENV, REPO, bash
+from tests.support.sglang_release import ReleasePlayback, ReleaseServer
+
+WATCH = ("--watch-seconds", "5")
+TOKEN = "glsa_test_token"
+
+
+@dataclass(frozen=True)
+class Verdict:
+    code: int
+    out: str
+    err: str
+
+    @property
+    def report(self) -> dict:
+        return json.loads(self.out)
+
+    def check(self, name: str, subject: str = "rig") -> dict:
+        found = [c for c in self.report["checks"]
+                 if c["name"] == name and c["subject"] == subject]
+        assert len(found) == 1, (name, subject, self.out)
+        return found[0]
+
+    def statuses(self) -> dict[tuple[str, str], str]:
+        return {(c["name"], c["subject"]): c["status"] for c in self.report["checks"]}
+
+
+async def doctor(*args: str) -> Verdict:
+    process = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "exporter.rigctl", "doctor", *WATCH, *args, cwd=REPO, env=ENV,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+    out, err = await asyncio.wait_for(process.communicate(), 120)
+    assert process.returncode is not None
+    return Verdict(process.returncode, out.decode(), err.decode())
+
+
+# --------------------------------------------------------------------- the rig
+@dataclass
+class Rig:
+    sim: SimRig
+    exporter: str
+    address: str
+    config: Path
+
+
+async def follow_power(sim: SimRig, factors: dict[str, float]) -> None:
+    """Each card's energy accumulator counts its power at 2^-16 J a count, times
+    `factor`, with gpu_metrics' system clock moving in real time."""
+    started = time.monotonic()
+    base = {card: sim.cards[card] for card in factors}
+    while True:
+        elapsed = time.monotonic() - started
+        for card, factor in factors.items():
+            spec = base[card]
+            joules = spec.power_average_uw / 1e6 * elapsed * factor
+            sim.set_card(card, energy_accumulator=int(joules / JOULES_PER_COUNT) % 2**32 + 1,
+                         system_clock_ns=spec.system_clock_ns + int(elapsed * 1e9))
+        await asyncio.sleep(0.25)
+
+
+def rig_config(path: Path, port: int, engine_url: str, sim: SimRig | None = None,
+               engine: str = "") -> Path:
+    hardware = f"""
+[gpu]
+backend = "sysfs"
+sysfs_root = "{sim.sysfs_root}"
+[host]
+proc_root = "{sim.proc_root}"
+""" if sim is not None else "[gpu]\nenabled = false\n[host]\nenabled = false\n"
+    path.write_text(f"""
+[web]
+listen_address = "127.0.0.1:{port}"
+[health]
+sample_interval_seconds = 0
+[[engine]]
+name = "main"
+url = "{engine_url}"
+{engine}
+{hardware}""")
+    return path
+
+
+@asynccontextmanager
+async def exporter_for(config: Path, port: int, log_dir: Path) -> AsyncIterator[str]:
+    # Started in this thread, waited for in another: it dies with the thread that
+    # started it (exporter.launch.Process).
+    process = start_exporter(["--config.file", str(config)], log_dir,
+                             address=f"127.0.0.1:{port}", wait=False)
+    try:
+        await asyncio.to_thread(process.wait_ready)
+        yield process.url
+    finally:
+        await asyncio.to_thread(process.stop)
+
+
+@asynccontextmanager
+async def sim_rig(tmp_path: Path, engine: str = "",
+                  energy: dict[str, float] | None = None) -> AsyncIterator[Rig]:
+    sim = await SimRig(directory=tmp_path / "sim").start()
+    ticker = asyncio.create_task(follow_power(sim, energy or {"card1": 1.0, "card2": 1.0}))
+    port = free_port()
+    config = rig_config(tmp_path / "rig.toml", port, sim.engine_url, sim, engine)
+    try:
+        async with exporter_for(config, port, tmp_path) as url:
+            yield Rig(sim, url, f"127.0.0.1:{port}", config)
+    finally:
+        ticker.cancel()
+        await sim.stop()
+
+
+@asynccontextmanager
+async def prometheus(workdir: Path, target: str,
+                     thresholds: Thresholds | None = None) -> AsyncIterator[Monitoring]:
+    """A real Prometheus and Alertmanager (unscaled rules from `thresholds`) that
+    scrape `target` with a rig label, once Prometheus has scraped it."""
+    monitoring = Monitoring(workdir, 1.0, "http://127.0.0.1:9",
+                            thresholds=thresholds or Thresholds())
+    workdir.mkdir(parents=True)
+    monitoring.write_targets([("rig-test", target)])
+    await asyncio.to_thread(monitoring.start)
+    try:
+        await asyncio.to_thread(_until_scraped, monitoring.prometheus_url)
+        yield monitoring
+    finally:
+        await asyncio.to_thread(monitoring.stop)
+
+
+def _until_scraped(prometheus_url: str, within: float = 60.0) -> None:
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        with urllib.request.urlopen(prometheus_url + "/api/v1/targets", timeout=5) as answer:
+            targets = json.load(answer)["data"]["activeTargets"]
+        if targets and all(t["health"] == "up" for t in targets):
+            return
+        time.sleep(0.5)
+    raise AssertionError(f"Prometheus did not scrape the exporter: {targets}")
+
+
+@asynccontextmanager
+async def grafana(prometheus_url: str, dashboards: list[str],
+                  time_interval: str | None) -> AsyncIterator[str]:
+    """Grafana's /api/search and /api/datasources, as its HTTP API documents them,
+    behind a service account token."""
+
+    def authorised(request: web.Request) -> None:
+        if request.headers.get("Authorization") != f"Bearer {TOKEN}":
+            raise web.HTTPUnauthorized(text='{"message":"Unauthorized"}')
+
+    async def search(request: web.Request) -> web.Response:
+        authorised(request)
+        assert request.query.get("type") == "dash-db"
+        return web.json_response([
+            {"id": i, "uid": uid, "title": f"Rig: {uid}", "uri": f"db/{uid}",
+             "url": f"/d/{uid}/{uid}", "slug": "", "type": "dash-db", "tags": ["rig"],
+             "isStarred": False, "sortMeta": 0} for i, uid in enumerate(dashboards, 1)])
+
+    async def datasources(request: web.Request) -> web.Response:
+        authorised(request)
+        json_data = {"httpMethod": "POST"} | (
+            {"timeInterval": time_interval} if time_interval else {})
+        return web.json_response([
+            {"id": 1, "uid": "loki", "orgId": 1, "name": "Loki", "type": "loki",
+             "access": "proxy", "url": "http://127.0.0.1:3100", "basicAuth": False,
+             "isDefault": False, "jsonData": {}, "readOnly": False},
+            {"id": 2, "uid": "rig-prometheus", "orgId": 1, "name": "Prometheus (rig)",
+             "type": "prometheus", "typeName": "Prometheus", "access": "proxy",
+             "url": prometheus_url, "user": "", "database": "", "basicAuth": False,
+             "isDefault": True, "jsonData": json_data, "readOnly": True}])
+
+    app = web.Application()
+    app.router.add_get("/api/search", search)
+    app.router.add_get("/api/datasources", datasources)
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    try:
+        yield f"http://127.0.0.1:{runner.addresses[0][1]}"
+    finally:
+        await runner.cleanup()
+
+
+def token_file(tmp_path: Path) -> str:
+    path = tmp_path / "grafana-token"
+    path.write_text(TOKEN + "\n")
+    return str(path)
+
+
+# --------------------------------------------------------------------- the tests
+def test_a_sound_rig_fails_no_check(tmp_path: Path) -> None:
+    tap = free_port()
+
+    async def scenario() -> None:
+        async with sim_rig(tmp_path, engine=f'tap_listen_address = "127.0.0.1:{tap}"') as rig, \
+                prometheus(tmp_path / "monitoring", rig.address) as monitoring, \
+                grafana(monitoring.prometheus_url, list(UIDS.values()), "1s") as url:
+            verdict = await doctor(
+                "--exporter", rig.exporter, "--config.file", str(rig.config), "--probe",
+                "--prometheus", monitoring.prometheus_url,
+                "--alertmanager", monitoring.alertmanager_url, "--grafana", url,
+                "--grafana-token-file", token_file(tmp_path), "--json")
+        assert verdict.code == 0, verdict.out + verdict.err
+        statuses = verdict.statuses()
+        assert set(statuses.values()) <= {"ok", "skip"}, verdict.out
+        expected_ok = [
+            ("engines", "rig"), ("engine_version", "main"), ("stall_plan", "main"),
+            ("decode_progress", "main"), ("tap_bypass", "main"), ("gpu_cards", "rig"),
+            *((name, card) for card in ("card1", "card2") for name in (
+                "gpu_metrics", "gpu_dpm_tables", "gpu_energy", "gpu_temperature_limits")),
+            ("host_psi", "rig"), ("host_swap", "rig"), ("prometheus_target", "rig"),
+            ("prometheus_scrape_interval", "rig"), ("prometheus_rules", "rig"),
+            ("prometheus_alertmanager", "rig"), ("grafana_dashboards", "rig"),
+            ("grafana_time_interval", "rig")]
+        assert {k: statuses.get(k) for k in expected_ok} == dict.fromkeys(expected_ok, "ok")
+        assert "the doctor's probe got 32 tokens" in verdict.check("decode_progress",
+                                                                  "main")["detail"]
+        assert "2^-16 J unit holds on gpu_metrics v1.3" in verdict.check("gpu_energy",
+                                                                         "card2")["detail"]
+        assert "rig rig-test" in verdict.check("prometheus_target")["detail"]
+        assert TOKEN not in verdict.out + verdict.err
+
+    asyncio.run(scenario())
+
+
+def test_metrics_dir_naming_an_empty_directory_fails_with_exit_2(tmp_path: Path) -> None:
+    empty = tmp_path / "prometheus-multiproc"
+    empty.mkdir()
+
+    async def scenario() -> Verdict:
+        async with sim_rig(tmp_path, engine=f'metrics_dir = "{empty}"') as rig:
+            return await doctor("--exporter", rig.exporter, "--config.file", str(rig.config))
+
+    verdict = asyncio.run(scenario())
+    assert verdict.code == 2, verdict.out + verdict.err
+    lines = verdict.out.splitlines()
+    assert lines[0].startswith("rig doctor FAIL: 1 fail"), verdict.out
+    at = next(i for i, line in enumerate(lines) if line.startswith("FAIL    metrics_dir"))
+    assert f"{empty} holds no prometheus_client file" in lines[at]
+    assert lines[at + 1].strip().startswith("fix: set metrics_dir to the "
+                                            "PROMETHEUS_MULTIPROC_DIR"), verdict.out
+
+
+def test_rules_from_another_threshold_table_warn_naming_the_rules(tmp_path: Path) -> None:
+    other = dataclasses.replace(Thresholds(), decode_stall_critical_seconds=20.0,
+                                gpu_hot_for_seconds=300)
+
+    async def scenario() -> Verdict:
+        async with sim_rig(tmp_path) as rig, \
+                prometheus(tmp_path / "monitoring", rig.address, other) as monitoring, \
+                grafana(monitoring.prometheus_url, list(UIDS.values())[:4], None) as url:
+            return await doctor("--exporter", rig.exporter, "--config.file", str(rig.config),
+                                "--prometheus", monitoring.prometheus_url, "--grafana", url,
+                                "--grafana-token-file", token_file(tmp_path), "--json")
+
+    verdict = asyncio.run(scenario())
+    rules = verdict.check("prometheus_rules")
+    assert rules["status"] == "warn", rules
+    named = rules["detail"].split(": ", 1)[1]
+    assert "RigDecodeStarvation (expression, annotations)" in named
+    assert "RigGpuHot (for 300 s, 120 s generated, annotations)" in named
+    assert "RigHostSwapping" not in named and "RigGpuMissing" not in named
+    assert "--config " + str(tmp_path / "rig.toml") in rules["fix"]
+    # The stand-in Grafana lacks the host dashboard and assumes 15 s for a 1 s scrape.
+    dashboards = verdict.check("grafana_dashboards")
+    assert dashboards["status"] == "fail" and dashboards["detail"].endswith(": rig-host")
+    interval = verdict.check("grafana_time_interval")
+    assert interval["status"] == "warn" and "'Prometheus (rig)' 15s" in interval["detail"]
+    assert interval["fix"].startswith("set jsonData.timeInterval: 1s")
+    assert verdict.code == 2
+
+
+def test_an_energy_counter_off_from_the_power_and_traffic_around_the_tap_warn(
+        tmp_path: Path) -> None:
+    tap = free_port()
+
+    async def around_the_tap(engine_url: str) -> None:
+        """An agent that talks to the engine itself, a stream every second."""
+        body = {"text": "hello", "sampling_params": {"max_new_tokens": 8}, "stream": True}
+        async with aiohttp.ClientSession() as session:
+            while True:
+                async with session.post(engine_url + "/generate", json=body) as response:
+                    await response.read()
+                await asyncio.sleep(1.0)
+
+    async def scenario() -> Verdict:
+        async with sim_rig(tmp_path, engine=f'tap_listen_address = "127.0.0.1:{tap}"',
+                           energy={"card1": 1.0, "card2": 4.0}) as rig:
+            agent = asyncio.create_task(around_the_tap(rig.sim.engine_url))
+            try:
+                return await doctor("--exporter", rig.exporter, "--config.file",
+                                    str(rig.config), "--json")
+            finally:
+                agent.cancel()
+
+    verdict = asyncio.run(scenario())
+    assert verdict.code == 1, verdict.out + verdict.err
+    energy = verdict.check("gpu_energy", "card2")
+    assert energy["status"] == "warn", energy
+    assert energy["detail"].startswith("card2: ")
+    factor = float(re.search(r"\(x([\d.]+)\)", energy["detail"]).group(1))
+    assert 3.5 < factor < 4.5, energy
+    assert "card2" in energy["fix"]
+    assert verdict.check("gpu_energy", "card1")["status"] == "ok"
+    bypass = verdict.check("tap_bypass", "main")
+    assert bypass["status"] == "warn" and "the tap saw 0" in bypass["detail"], bypass
+    assert f"127.0.0.1:{tap}" in bypass["fix"]
+    assert {s for s in verdict.statuses().values()} <= {"ok", "skip", "warn"}
+
+
+@contextlib.contextmanager
+def live_pids(count: int) -> Iterator[list[int]]:
+    """Processes that stay alive, for files that must be written by running pids."""
+    sleepers = [subprocess.Popen(["sleep", "600"]) for _ in range(count)]
+    try:
+        yield [p.pid for p in sleepers]
+    finally:
+        for sleeper in sleepers:
+            sleeper.kill()
+            sleeper.wait()
+
+
+def test_metrics_dir_is_judged_against_the_engine_that_serves_it(tmp_path: Path) -> None:
+    """Real prometheus_client files written as running pids, and /metrics rendered from
+    them as SGLang does: they agree; another engine's files do not."""
+
+    async def scenario() -> tuple[Verdict, Verdict, int, list[int]]:
+        with live_pids(4) as pids:
+            roles = dict(zip(("tokenizer", "tp0", "tp1", "detokenizer"), pids, strict=True))
+            playback = ReleasePlayback("0.5.23", pids=roles)
+            other = ReleasePlayback("0.5.23", pids=roles)  # another engine's directory
+            playback.start_requests(streaming=2)
+            other.start_requests(streaming=1)
+            server = ReleaseServer(playback)
+            await server.start()
+
+            async def engines_run() -> None:
+                while True:
+                    playback.sync()
+                    other.sync()
+                    await asyncio.sleep(0.05)
+
+            running = asyncio.create_task(engines_run())
+            port = free_port()
+            own = rig_config(tmp_path / "rig.toml", port, server.url,
+                             engine=f'metrics_dir = "{playback.directory}"')
+            wrong = rig_config(tmp_path / "wrong.toml", port, server.url,
+                               engine=f'metrics_dir = "{other.directory}"')
+            try:
+                async with exporter_for(own, port, tmp_path) as url:
+                    before = server.renders
+                    agree = await doctor("--exporter", url, "--config.file", str(own), "--json")
+                    renders = server.renders - before
+                    differ = await doctor("--exporter", url, "--config.file", str(wrong),
+                                          "--json")
+            finally:
+                running.cancel()
+                await server.stop()
+                playback.close()
+                other.close()
+        return agree, differ, renders, pids
+
+    agree, differ, renders, pids = asyncio.run(scenario())
+    check = agree.check("metrics_dir", "main")
+    assert check["status"] == "ok", check
+    # The detokenizer writes none of the counters the tracker reads.
+    tokenizer, tp0, tp1, _ = pids
+    assert f"files of pids {tokenizer}, {tp0}, {tp1} (3 running)" in check["detail"], check
+    assert "they agree with" in check["detail"]
+    assert agree.code == 0, agree.out
+    # Three scrapes of the exporter and one read to compare: the tracker reads files.
+    assert renders <= 4, renders
+    wrong_check = differ.check("metrics_dir", "main")
+    assert wrong_check["status"] == "fail", wrong_check
+    assert "not the files this engine serves" in wrong_check["detail"]
+    assert differ.code == 2
+
+
+def test_no_exporter_exits_3_in_one_line() -> None:
+    port = free_port()
+    ended = bash(f"{sys.executable} -m exporter.rigctl doctor --exporter "
+                 f"http://127.0.0.1:{port}")
+    assert ended.status == 3, ended
+    assert ended.out == ""
+    assert ended.err_lines == [f"rigctl doctor: cannot reach the exporter: "
+                               f"http://127.0.0.1:{port}/metrics: [Errno 111] Connection refused"]
+
+
+def test_bad_arguments_exit_3_in_one_line() -> None:
+    for args, says in (("--probe", "--probe needs --config.file"),
+                       ("--watch-seconds 2", "--watch-seconds must be 5 or more"),
+                       ("--config.file /nonexistent.toml", "config key config.file")):
+        ended = bash(f"{sys.executable} -m exporter.rigctl doctor {args}")
+        assert ended.status == 3, (args, ended)
+        assert len(ended.err_lines) == 1 and says in ended.err, (args, ended)
