@@ -17,7 +17,6 @@ from urllib.parse import urlsplit
 
 from alerts.rules.common import dur
 from alerts.timescale import seconds
-from dashboards.panels import UIDS
 from exporter.doctor.context import Context
 from exporter.doctor.report import Check, fail, ok, skip, warn
 from exporter.rigctl.answers import items
@@ -57,6 +56,9 @@ def grafana_checks(c: Context, grafana: str, access: Access, prometheus: str | N
 
 
 def _dashboards(c: Context, grafana: str, access: Access) -> Check:
+    # Here, not above: dashboards.panels imports grafanalib, a third of a second.
+    from dashboards.panels import UIDS
+
     url = grafana + "/api/search?type=dash-db&limit=5000"
     found = {str(d.get("uid")): str(d.get("title", "")) for d in
              items(get_json(url, c.timeout, access), url, kind=dict)}
