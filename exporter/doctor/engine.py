@@ -83,7 +83,10 @@ def _version(c: Context, name: str) -> Check:
 
 def _stall_plan(c: Context, name: str) -> Check:
     info, last = _info(c, name), c.watch.last
-    kind = (info or {}).get("kind", "sglang")
+    if info is None:
+        return skip("stall_plan", name, f"{name}: the tracker waits for the engine's server "
+                    "info (engine_version)")
+    kind = info.get("kind", "")
     config = c.engine(name)
     if kind != "sglang":
         return skip("stall_plan", name, f"{name}: the stall tracker reads SGLang only ({kind})")
@@ -103,7 +106,7 @@ def _stall_plan(c: Context, name: str) -> Check:
     others = [what for what, family in (("the stream probe", "rig_probe_success"),
                                         ("the stream tap", "rig_stream_active"))
               if last.has(family, engine=name)]
-    version = (info or {}).get("version", "")
+    version = info.get("version", "")
     detail = (f"{name}: no stall tracking for SGLang {version or '(version unknown)'}: "
               "rig_engine_decode_stall_* are absent, so RigDecodeStarvation "
               + (f"fires from {' and '.join(others)} alone" if others else "can never fire"))
