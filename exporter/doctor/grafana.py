@@ -61,7 +61,7 @@ def _dashboards(c: Context, grafana: str, access: Access) -> Check:
 
     url = grafana + "/api/search?type=dash-db&limit=5000"
     found = {str(d.get("uid")): str(d.get("title", "")) for d in
-             items(get_json(url, c.timeout, access), url, kind=dict)}
+             items(url, get_json(url, c.timeout, access))}
     missing = [uid for uid in UIDS.values() if uid not in found]
     if missing:
         return fail("grafana_dashboards", "rig", f"{grafana} lacks {len(missing)} of the "
@@ -75,7 +75,7 @@ def _dashboards(c: Context, grafana: str, access: Access) -> Check:
 def _time_interval(c: Context, grafana: str, access: Access, prometheus: str | None,
                    scrape: float | None) -> Check:
     url = grafana + "/api/datasources"
-    sources = [d for d in items(get_json(url, c.timeout, access), url, kind=dict)
+    sources = [d for d in items(url, get_json(url, c.timeout, access))
                if d.get("type") == "prometheus"]
     if not sources:
         return fail("grafana_time_interval", "rig", f"{grafana} has no Prometheus data "

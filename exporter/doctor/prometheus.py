@@ -73,7 +73,7 @@ def prometheus_checks(c: Context, prometheus: str,
 
 def _target(c: Context, prometheus: str) -> tuple[Check, dict[str, Any] | None]:
     url = prometheus + "/api/v1/targets?state=active"
-    targets = items(get_json(url, c.timeout), url, "data", "activeTargets", kind=dict)
+    targets = items(url, get_json(url, c.timeout), "data", "activeTargets")
     exporter = urlsplit(c.exporter)
     scrape_urls = {id(t): urlsplit(str(t.get("scrapeUrl", ""))) for t in targets}
     mine = [t for t in targets if scrape_urls[id(t)].netloc == exporter.netloc]
@@ -87,7 +87,7 @@ def _target(c: Context, prometheus: str) -> tuple[Check, dict[str, Any] | None]:
                     f"add {exporter.netloc} to a file_sd file with its rig label "
                     "(deploy/targets/rig.yml.example)"), None
     target = mine[0]
-    labels = field(target, url, "labels", kind=dict)
+    labels = field(url, target, "labels", kind=dict)
     where = (f"{prometheus} scrapes {target.get('scrapeUrl')}{matched} as job "
              f"{labels.get('job', '?')}, instance {labels.get('instance', '?')}")
     health = target.get("health")
@@ -115,8 +115,9 @@ def _age(stamp: object) -> str:
 
 def _interval(prometheus: str, target: dict[str, Any]) -> tuple[Check, float | None]:
     # scrapeInterval from Prometheus 2.41; before, the discovered label holds it.
-    text = target.get("scrapeInterval") or target.get("discoveredLabels", {}).get(
-        "__scrape_interval__")
+    discovered = target.get("discoveredLabels")
+    text = target.get("scrapeInterval") or (
+        discovered.get("__scrape_interval__") if isinstance(discovered, dict) else None)
     try:
         interval = seconds(str(text))
     except ValueError:
@@ -135,7 +136,7 @@ def _interval(prometheus: str, target: dict[str, Any]) -> tuple[Check, float | N
 def _rules(c: Context, prometheus: str, alertmanager: str | None) -> Check:
     url = prometheus + "/api/v1/rules"
     loaded = {str(g.get("name")): g for g in
-              items(get_json(url, c.timeout), url, "data", "groups", kind=dict)}
+              items(url, get_json(url, c.timeout), "data", "groups")}
     thresholds = c.config.thresholds if c.config is not None else Thresholds()
     source = ("the [thresholds] of the config" if c.config is not None
               else "the default [thresholds] (no --config.file)")
@@ -149,7 +150,7 @@ def _rules(c: Context, prometheus: str, alertmanager: str | None) -> Check:
             continue
         deployed = loaded[group["name"]]
         files.add(str(deployed.get("file", "")))
-        theirs = {_key(r): r for r in items(deployed, url, "rules", kind=dict)}
+        theirs = {_key(r): r for r in items(url, deployed, "rules")}
         ours = {_key(r): r for r in group["rules"]}
         for key, rule in ours.items():
             other = theirs.get(key)
@@ -182,8 +183,9 @@ def _rules(c: Context, prometheus: str, alertmanager: str | None) -> Check:
 def _key(rule: dict[str, Any]) -> tuple[str, tuple[tuple[str, str], ...]]:
     """A rule's name and labels: an alert has one rule per severity or signal."""
     name = rule.get("alert") or rule.get("record") or rule.get("name") or ""
-    labels = rule.get("labels") or {}
-    return str(name), tuple(sorted((str(k), str(v)) for k, v in labels.items()))
+    labels = rule.get("labels")
+    pairs = labels.items() if isinstance(labels, dict) else ()
+    return str(name), tuple(sorted((str(k), str(v)) for k, v in pairs))
 
 
 def _differences(ours: dict[str, Any], theirs: dict[str, Any]) -> list[str]:
@@ -220,7 +222,7 @@ def _token_value(token: str) -> object:
 
 def _alertmanager(c: Context, prometheus: str, alertmanager: str | None) -> Check:
     url = prometheus + "/api/v1/alertmanagers"
-    active = items(get_json(url, c.timeout), url, "data", "activeAlertmanagers", kind=dict)
+    active = items(url, get_json(url, c.timeout), "data", "activeAlertmanagers")
     managers = [str(a.get("url", "")).split("/api/")[0] for a in active]
     if not managers:
         return fail("prometheus_alertmanager", "rig", f"{prometheus} sends its alerts to no "
@@ -235,7 +237,7 @@ def _alertmanager(c: Context, prometheus: str, alertmanager: str | None) -> Chec
     manager = alertmanager or managers[0]
     status = f"{manager}/api/v2/status"
     try:
-        cluster = field(get_json(status, c.timeout), status, "cluster", "status", kind=str)
+        cluster = field(status, get_json(status, c.timeout), "cluster", "status", kind=str)
     except Unreachable as exc:
         return fail("prometheus_alertmanager", "rig", f"{prometheus} sends to {manager}, "
                     f"which does not answer: {exc}", "start the Alertmanager, or correct "

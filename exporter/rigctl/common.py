@@ -5,10 +5,8 @@ from __future__ import annotations
 
 import argparse
 import base64
-import json
 import os
 import ssl
-import urllib.error
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,6 +15,8 @@ from urllib.parse import urlsplit
 
 from exporter.command_line import CLOSED_PIPE_HELP, INTERRUPTED_HELP, OneLineErrors
 from exporter.config import DEFAULT_LISTEN_ADDRESS
+from exporter.rigctl import answers
+from exporter.rigctl.answers import BadAnswer, Unreachable  # noqa: F401  (re-exported)
 
 # Nagios plugin exit codes: a monitoring system can run rigctl as a check.
 EXIT_OK, EXIT_WARNING, EXIT_CRITICAL, EXIT_UNKNOWN = 0, 1, 2, 3
@@ -57,10 +57,6 @@ def positive(kind: type[int] | type[float]):
 
     parse.__name__ = kind.__name__  # argparse names the type in its messages
     return parse
-
-
-class Unreachable(Exception):
-    """A server did not answer usefully; str() names the URL and the reason."""
 
 
 @dataclass(frozen=True)
@@ -113,18 +109,8 @@ def access_from_args(args: argparse.Namespace) -> Access:
 
 
 def get_json(url: str, timeout: float, access: Access = NO_ACCESS) -> Any:
-    try:
-        with urllib.request.urlopen(access.request(url), timeout=timeout,
-                                    context=access.tls()) as response:
-            return json.load(response)
-    except urllib.error.HTTPError as exc:
-        raise Unreachable(f"{url}: HTTP {exc.code} {exc.reason}") from exc
-    except urllib.error.URLError as exc:
-        raise Unreachable(f"{url}: {exc.reason}") from exc
-    except (OSError, TimeoutError) as exc:
-        raise Unreachable(f"{url}: {exc}") from exc
-    except ValueError as exc:
-        raise Unreachable(f"{url}: not JSON: {exc}") from exc
+    """JSON from `url` within `timeout` seconds in all; Unreachable (or BadAnswer) else."""
+    return answers.get_json(url, timeout, access)
 
 
 # ANSI colours, only when writing to a terminal.
