@@ -141,9 +141,7 @@ def health_report(url: str, body: Any) -> dict[str, Any]:
 
 def items(url: str, body: Any, *path: str) -> list[dict[str, Any]]:
     """The list of objects at `path` in a Prometheus or Alertmanager answer."""
-    value = body
-    for key in path:
-        value = _object(url, value, ".".join(path) or "the answer").get(key)
+    value = field(url, body, *path, kind=object)
     if not isinstance(value, list) or not all(isinstance(v, dict) for v in value):
         raise BadAnswer(f"{url}: {'.'.join(path) or 'the answer'} is not a list of objects")
     return value
@@ -152,7 +150,7 @@ def items(url: str, body: Any, *path: str) -> list[dict[str, Any]]:
 def field(url: str, body: Any, *path: str, kind: type | tuple[type, ...]) -> Any:
     """The value at `path` (keys of nested objects), which must be of `kind`."""
     value = body
-    for depth, key in enumerate(path):
+    for depth, key in enumerate(path):  # name the level that is not an object
         value = _object(url, value, ".".join(path[:depth]) or "the answer").get(key)
     kinds = kind if isinstance(kind, tuple) else (kind,)
     if not isinstance(value, kinds) or (isinstance(value, bool) and bool not in kinds):

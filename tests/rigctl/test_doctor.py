@@ -18,11 +18,13 @@ import json
 import re
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import aiohttp
@@ -428,3 +430,57 @@ def test_bad_arguments_exit_3_in_one_line() -> None:
         ended = bash(f"{sys.executable} -m exporter.rigctl doctor {args}")
         assert ended.status == 3, (args, ended)
         assert len(ended.err_lines) == 1 and says in ended.err, (args, ended)
+
+
+@contextlib.contextmanager
+def answering(answers: dict[str, tuple[str, bytes]]) -> Iterator[str]:
+    """A loopback server answering each path with (content type, body); 404 else."""
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802 (http.server's name)
+            kind, body = answers.get(self.path.split("?")[0], ("text/plain", b""))
+            self.send_response(200 if self.path.split("?")[0] in answers else 404)
+            self.send_header("Content-Type", kind)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+EXPOSITION = ("text/plain", b"# TYPE rig_source_up gauge\nrig_source_up{source=\"host\"} 1\n")
+
+
+def test_answers_it_cannot_read_are_one_line_each() -> None:
+    """Not a rig exporter: exit 3 in one line. A Prometheus answering the wrong shape:
+    its checks fail naming the URL and the field, the others run."""
+    with answering({"/metrics": ("text/html", b"<html>router login</html>")}) as url:
+        ended = bash(f"{sys.executable} -m exporter.rigctl doctor --exporter {url}")
+    assert ended.status == 3 and ended.out == "", ended
+    assert ended.err_lines == [f"rigctl doctor: cannot reach the exporter: {url}/metrics: "
+                               "not a Prometheus exposition: '<html>router login</html>'"]
+
+    wrong = {"/metrics": EXPOSITION,
+             "/api/v1/targets": ("application/json", b'{"status":"success","data":[]}'),
+             "/api/v1/rules": ("application/json", b'{"data":{"groups":{"a":1}}}'),
+             "/api/v1/alertmanagers": ("application/json", b"null")}
+    with answering(wrong) as url:
+        ended = bash(f"{sys.executable} -m exporter.rigctl doctor {' '.join(WATCH)} "
+                     f"--exporter {url} --prometheus {url} --json")
+    assert ended.status == 2, ended
+    assert "Traceback" not in ended.err and ended.err == ""
+    checks = {c["name"]: c for c in json.loads(ended.out)["checks"]}
+    assert checks["prometheus_target"]["status"] == "fail"
+    assert f"{url}/api/v1/targets?state=active: data is a list, not an object" in \
+        checks["prometheus_target"]["detail"]
+    assert "data.groups is not a list of objects" in checks["prometheus_rules"]["detail"]
+    assert "the answer is null, not an object" in checks["prometheus_alertmanager"]["detail"]
+    assert checks["host_psi"]["status"] == "warn"  # the exporter's own checks still ran
