@@ -19,7 +19,7 @@ from exporter.doctor.context import NEEDS_CONFIG, Context
 from exporter.doctor.report import Check, fail, ok, plural, skip, warn
 from exporter.engines.fetch import get_text
 from exporter.engines.stall.multiproc_files import FileSample
-from exporter.engines.stall.plans import Counters, parse_version
+from exporter.engines.stall.plans import Counters
 from exporter.engines.stall.readers import (
     MetricsBody,
     MetricsReader,
@@ -75,9 +75,6 @@ def _version(c: Context, name: str) -> Check:
     version = info.get("version", "")
     detail = (f"{name}: {info.get('kind', '?')} {version or '(no version)'}, model "
               f"{info.get('model') or '?'}, tp {info.get('tp_size') or '?'}")
-    if parse_version(version) in (None, (0, 0, 0)) or "dev" in version or "+" in version:
-        detail += ("; a source build: the version names no release, so only the families "
-                   "the engine exposes can tell the stall plan")
     return ok("engine_version", name, detail)
 
 
