@@ -15,6 +15,7 @@ import asyncio
 import contextlib
 import dataclasses
 import json
+import os
 import re
 import subprocess
 import sys
@@ -34,6 +35,7 @@ from dashboards.panels import UIDS
 from exporter.launch import free_port, start_exporter
 from exporter.rigctl.stack import Monitoring
 from exporter.sim.rig.simrig import SimRig
+from exporter.sim.rig.sysfs_writer import gpu_metrics_v1_3
 from exporter.sources.energy_counter import JOULES_PER_COUNT
 from exporter.thresholds import Thresholds
 from tests.rigctl.conftest import ENV, REPO, bash
@@ -81,19 +83,36 @@ class Rig:
     config: Path
 
 
-async def follow_power(sim: SimRig, factors: dict[str, float]) -> None:
-    """Each card's energy accumulator counts its power at 2^-16 J a count, times
-    `factor`, with gpu_metrics' system clock moving in real time."""
+@contextlib.contextmanager
+def power_counted(sim: SimRig, factors: dict[str, float]) -> Iterator[None]:
+    """Each card's gpu_metrics energy accumulator counts its power at 2^-16 J a
+    count, times `factor`, with its system clock moving in real time. A thread of
+    its own rewrites the blob every 50 ms, so the test's busy event loop (the
+    simulated engine renders there) cannot hold the counter back."""
+    stop = threading.Event()
     started = time.monotonic()
-    base = {card: sim.cards[card] for card in factors}
-    while True:
-        elapsed = time.monotonic() - started
-        for card, factor in factors.items():
-            spec = base[card]
-            joules = spec.power_average_uw / 1e6 * elapsed * factor
-            sim.set_card(card, energy_accumulator=int(joules / JOULES_PER_COUNT) % 2**32 + 1,
-                         system_clock_ns=spec.system_clock_ns + int(elapsed * 1e9))
-        await asyncio.sleep(0.25)
+    cards = {card: (sim.cards[card], (sim.sysfs_root / "class" / "drm" / card / "device")
+                    .resolve()) for card in factors}
+
+    def count() -> None:
+        while not stop.wait(0.05):
+            elapsed = time.monotonic() - started
+            for card, (spec, device) in cards.items():
+                joules = spec.power_average_uw / 1e6 * elapsed * factors[card]
+                blob = gpu_metrics_v1_3(dataclasses.replace(
+                    spec, energy_accumulator=int(joules / JOULES_PER_COUNT) % 2**32 + 1,
+                    system_clock_ns=spec.system_clock_ns + int(elapsed * 1e9)))
+                staged = device / "gpu_metrics.new"
+                staged.write_bytes(blob)
+                os.replace(staged, device / "gpu_metrics")  # never read half-written
+
+    thread = threading.Thread(target=count, name="energy accumulators", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join()
 
 
 def rig_config(path: Path, port: int, engine_url: str, sim: SimRig | None = None,
@@ -135,14 +154,13 @@ async def exporter_for(config: Path, port: int, log_dir: Path) -> AsyncIterator[
 async def sim_rig(tmp_path: Path, engine: str = "",
                   energy: dict[str, float] | None = None) -> AsyncIterator[Rig]:
     sim = await SimRig(directory=tmp_path / "sim").start()
-    ticker = asyncio.create_task(follow_power(sim, energy or {"card1": 1.0, "card2": 1.0}))
     port = free_port()
     config = rig_config(tmp_path / "rig.toml", port, sim.engine_url, sim, engine)
     try:
-        async with exporter_for(config, port, tmp_path) as url:
-            yield Rig(sim, url, f"127.0.0.1:{port}", config)
+        with power_counted(sim, energy or {"card1": 1.0, "card2": 1.0}):
+            async with exporter_for(config, port, tmp_path) as url:
+                yield Rig(sim, url, f"127.0.0.1:{port}", config)
     finally:
-        ticker.cancel()
         await sim.stop()
 
 
