@@ -96,7 +96,8 @@ def _stall_plan(c: Context, name: str) -> Check:
         plan = plans[0].labels
         return ok("stall_plan", name, f"{name}: plan {plan.get('plan', '?')}: decode progress "
                   f"from {plan.get('progress', '?')}, requests in flight from "
-                  f"{plan.get('in_flight', '?')}{at}")
+                  f"{plan.get('in_flight', '?')}{at} (the evidence: the exporter's log line "
+                  "'stall tracker plan' at start)")
     if last.has("rig_engine_decode_stall_seconds", engine=name):
         return ok("stall_plan", name, f"{name}: the stall tracker runs{at}; its plan is "
                   "unknown: this exporter exports no rig_engine_decode_stall_plan_info")
