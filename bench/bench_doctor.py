@@ -30,26 +30,10 @@ from loopback import ROOT
 sys.path.insert(0, str(ROOT))  # tests.support, the release playback
 
 from exporter.launch import free_port, start_exporter  # noqa: E402
+from tests.support.rig_config import write_rig_config  # noqa: E402
 from tests.support.sglang_release import ReleasePlayback, ReleaseServer  # noqa: E402
 
 FIXTURE = ROOT / "tests" / "fixtures" / "sys"
-
-
-def config(path: Path, port: int, url: str, engine: str) -> Path:
-    path.write_text(f"""
-[web]
-listen_address = "127.0.0.1:{port}"
-[health]
-sample_interval_seconds = 0
-[[engine]]
-name = "main"
-url = "{url}"
-{engine}
-[gpu]
-backend = "sysfs"
-sysfs_root = "{FIXTURE}"
-""")
-    return path
 
 
 # rigctl doctor, then its own CPU seconds and peak RSS (KiB) on stderr's last line.
@@ -99,7 +83,8 @@ async def main() -> None:
     try:
         for mode, engine in modes.items():
             port = free_port()
-            rig_toml = config(work / "rig.toml", port, server.url, engine)
+            rig_toml = write_rig_config(work / "rig.toml", port, server.url, engine,
+                                        sysfs_root=FIXTURE, proc_root=Path("/proc"))
             exporter = start_exporter(["--config.file", str(rig_toml)], work,
                                       address=f"127.0.0.1:{port}", wait=False)
             try:

@@ -39,6 +39,7 @@ from exporter.sim.rig.sysfs_writer import gpu_metrics_v1_3
 from exporter.sources.energy_counter import JOULES_PER_COUNT
 from exporter.thresholds import Thresholds
 from tests.rigctl.conftest import ENV, REPO, bash
+from tests.support.rig_config import write_rig_config
 from tests.support.sglang_release import ReleasePlayback, ReleaseServer
 
 WATCH = ("--watch-seconds", "5")
@@ -115,28 +116,6 @@ def power_counted(sim: SimRig, factors: dict[str, float]) -> Iterator[None]:
         thread.join()
 
 
-def rig_config(path: Path, port: int, engine_url: str, sim: SimRig | None = None,
-               engine: str = "") -> Path:
-    hardware = f"""
-[gpu]
-backend = "sysfs"
-sysfs_root = "{sim.sysfs_root}"
-[host]
-proc_root = "{sim.proc_root}"
-""" if sim is not None else "[gpu]\nenabled = false\n[host]\nenabled = false\n"
-    path.write_text(f"""
-[web]
-listen_address = "127.0.0.1:{port}"
-[health]
-sample_interval_seconds = 0
-[[engine]]
-name = "main"
-url = "{engine_url}"
-{engine}
-{hardware}""")
-    return path
-
-
 @asynccontextmanager
 async def exporter_for(config: Path, port: int, log_dir: Path) -> AsyncIterator[str]:
     # Started in this thread, waited for in another: it dies with the thread that
@@ -155,7 +134,8 @@ async def sim_rig(tmp_path: Path, engine: str = "",
                   energy: dict[str, float] | None = None) -> AsyncIterator[Rig]:
     sim = await SimRig(directory=tmp_path / "sim").start()
     port = free_port()
-    config = rig_config(tmp_path / "rig.toml", port, sim.engine_url, sim, engine)
+    config = write_rig_config(tmp_path / "rig.toml", port, sim.engine_url, engine,
+                              sim.sysfs_root, sim.proc_root)
     try:
         with power_counted(sim, energy or {"card1": 1.0, "card2": 1.0}):
             async with exporter_for(config, port, tmp_path) as url:
@@ -397,10 +377,10 @@ def test_metrics_dir_is_judged_against_the_engine_that_serves_it(tmp_path: Path)
 
             running = asyncio.create_task(engines_run())
             port = free_port()
-            own = rig_config(tmp_path / "rig.toml", port, server.url,
-                             engine=f'metrics_dir = "{playback.directory}"')
-            wrong = rig_config(tmp_path / "wrong.toml", port, server.url,
-                               engine=f'metrics_dir = "{other.directory}"')
+            own = write_rig_config(tmp_path / "rig.toml", port, server.url,
+                                   f'metrics_dir = "{playback.directory}"')
+            wrong = write_rig_config(tmp_path / "wrong.toml", port, server.url,
+                                     f'metrics_dir = "{other.directory}"')
             try:
                 async with exporter_for(own, port, tmp_path) as url:
                     before = server.renders
