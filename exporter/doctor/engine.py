@@ -132,7 +132,7 @@ def _decode_progress(c: Context, name: str) -> Check:
     probed = probe is not None and probe.tokens > 0
     if not (running or streams or probed):
         return skip("decode_progress", name, f"{name}: no request ran in the {seconds:.1f} s "
-                    "watched", "rerun with --probe (one 32-token generation) or while the "
+                    "watched", "rerun with --probe (one short generation) or while the "
                     "agents work")
     moved = f"+{batches or 0:.0f} decode batches, +{streamed or 0:.0f} streamed tokens"
     load = f"{running:.0f} running, {streams:.0f} streams through the tap"
@@ -144,7 +144,7 @@ def _decode_progress(c: Context, name: str) -> Check:
     if (batches or 0) + (streamed or 0) > 0:
         return ok("decode_progress", name, f"{name}: {moved} in {seconds:.1f} s ({load})"
                   f"{tracked}")
-    if tap > 0 or (probe is not None and probe.tokens > 0):
+    if tap > 0 or probed:
         return fail("decode_progress", name,
                     f"{name}: the engine's decode counters stood still for {seconds:.1f} s "
                     f"while tokens reached clients ({load}){tracked}: the stall tracker "
