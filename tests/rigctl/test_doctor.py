@@ -29,6 +29,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import aiohttp
+import pytest
 from aiohttp import web
 
 from dashboards.panels import UIDS
@@ -41,6 +42,8 @@ from exporter.thresholds import Thresholds
 from tests.rigctl.conftest import ENV, REPO, bash
 from tests.support.rig_config import write_rig_config
 from tests.support.sglang_release import ReleasePlayback, ReleaseServer
+
+pytestmark = pytest.mark.long_running  # about two and a half minutes in all
 
 WATCH = ("--watch-seconds", "5")
 TOKEN = "glsa_test_token"
