@@ -85,6 +85,8 @@ class CardReading:
     pcie_links: list[PcieLink] = field(default_factory=list)
     # None: gpu_metrics unreadable or of an unknown layout, so no reason is known.
     throttle_reasons: frozenset[str] | None = None
+    # gpu_metrics (format, content) revision from its header; None: not read.
+    gpu_metrics_revision: tuple[int, int] | None = None
 
 
 @dataclass(frozen=True)
@@ -154,8 +156,10 @@ class AmdgpuSysfs:
         self._kinds: dict[str, tuple[str, str]] = {}  # pci_bus -> (kind, reason)
         # Keyed by PCI address: a driver reset can bring a card back as another cardN.
         self._seen: dict[str, tuple[str, str]] = {}  # pci_bus -> (card, unique_id)
-        # Subjects "card1: gpu_busy_percent": each file's failures and recoveries.
-        self._files = Conditions(log, up="{subject}: reads again")
+        #: (card, file) -> why it cannot be read now (rigctl doctor shows it).
+        self.problems: dict[tuple[str, str], str] = {}
+        self._files = _FileConditions(Conditions(log, up="{subject}: reads again"),
+                                      self.problems)
         self._energy: dict[tuple[str, str], EnergyCounter] = {}  # by (pci_bus, unique_id)
 
     def read_cards(self) -> list[CardReading]:
@@ -305,7 +309,11 @@ class AmdgpuSysfs:
         return links
 
     def _read_gpu_metrics(self, reading: CardReading, files: _CardFiles) -> None:
-        metrics = files.read("gpu_metrics", gpu_metrics.decode, max_bytes=GPU_METRICS_MAX_BYTES)
+        blob = files.raw("gpu_metrics", max_bytes=GPU_METRICS_MAX_BYTES)
+        if blob is None:
+            return
+        reading.gpu_metrics_revision = gpu_metrics.revision(blob)
+        metrics = files.parse("gpu_metrics", blob, gpu_metrics.decode)
         if metrics is None:
             return
         if metrics.throttle_status is not None:
@@ -329,10 +337,32 @@ def _describe(cards: str | frozenset[str]) -> str:
     return cards if isinstance(cards, str) else ", ".join(sorted(cards))
 
 
+class _FileConditions:
+    """Each card file's state, subjects "card1: gpu_busy_percent": told through the
+    log's Conditions, and kept in `problems` while it lasts."""
+
+    def __init__(self, conditions: Conditions, problems: dict[tuple[str, str], str]) -> None:
+        self.conditions = conditions
+        self.problems = problems
+
+    def failed(self, subject: str, reason: str) -> None:
+        self.problems[_key(subject)] = reason
+        self.conditions.failed(subject, reason)
+
+    def ok(self, subject: str) -> None:
+        self.problems.pop(_key(subject), None)
+        self.conditions.ok(subject)
+
+
+def _key(subject: str) -> tuple[str, str]:
+    card, _, name = subject.partition(": ")
+    return card, name
+
+
 class _CardFiles:
     """Reads one directory's files; a failure is None, and told (see the module)."""
 
-    def __init__(self, card: str, directory: Path, conditions: Conditions,
+    def __init__(self, card: str, directory: Path, conditions: _FileConditions,
                  prefix: str = "") -> None:
         self.card = card
         self.directory = directory
@@ -343,20 +373,30 @@ class _CardFiles:
              max_bytes: int = TEXT_MAX_BYTES) -> T | None:
         """`parse` of the file's bytes; ValueError from it is the file's failure.
         `quiet`: a file the ASIC may lack (absent or EOPNOTSUPP) is no failure."""
-        subject = f"{self.card}: {self.prefix}{name}"
+        blob = self.raw(name, quiet, max_bytes)
+        return None if blob is None else self.parse(name, blob, parse)
+
+    def raw(self, name: str, quiet: bool = False,
+            max_bytes: int = TEXT_MAX_BYTES) -> bytes | None:
+        """The file's bytes; a read failure is told, a success is not yet (`parse` tells)."""
         try:
-            blob = read_capped(self.directory / name, max_bytes)
+            return read_capped(self.directory / name, max_bytes)
         except OSError as exc:
             if not (quiet and exc.errno in _NOT_SUPPORTED):
-                self.conditions.failed(subject, _reason(exc))
+                self.conditions.failed(self._subject(name), _reason(exc))
             return None
+
+    def parse(self, name: str, blob: bytes, parse: Callable[[bytes], T]) -> T | None:
         try:
             value = parse(blob)
         except ValueError as exc:  # UnicodeDecodeError and GpuMetricsError too
-            self.conditions.failed(subject, str(exc))
+            self.conditions.failed(self._subject(name), str(exc))
             return None
-        self.conditions.ok(subject)
+        self.conditions.ok(self._subject(name))
         return value
+
+    def _subject(self, name: str) -> str:
+        return f"{self.card}: {self.prefix}{name}"
 
     def text(self, name: str, quiet: bool = False) -> str | None:
         return self.read(name, _ascii, quiet)

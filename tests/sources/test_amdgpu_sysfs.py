@@ -137,6 +137,23 @@ class TestBrokenInput:
         assert cards["card2"].throttle_reasons is None
         assert cards["card1"].throttle_reasons == frozenset()
 
+    def test_the_reader_keeps_the_revision_and_each_file_s_problem(
+            self, sysfs_root: Path) -> None:
+        """What `rigctl doctor` reports per card: the revision read, and why a file
+        could not be used."""
+        metrics = card_device(sysfs_root, "card2") / "gpu_metrics"
+        blob = bytearray(metrics.read_bytes())
+        blob[2:4] = bytes([1, 4])
+        metrics.write_bytes(bytes(blob))
+        (card_device(sysfs_root, "card1") / "pp_dpm_mclk").write_text("level one\n")
+        reader = AmdgpuSysfs(sysfs_root)
+        cards = {c.card: c for c in reader.read_cards()}
+        assert cards["card1"].gpu_metrics_revision == (1, 3)
+        assert cards["card2"].gpu_metrics_revision == (1, 4)
+        assert reader.problems[("card2", "gpu_metrics")] == "revision 1.4 has no known layout here"
+        assert reader.problems[("card1", "pp_dpm_mclk")] == "unexpected line 'level one'"
+        assert ("card1", "gpu_metrics") not in reader.problems
+
     def test_non_numeric_hwmon_file_drops_that_reading_only(self, sysfs_root: Path) -> None:
         (hwmon_dir(sysfs_root, "card1") / "temp2_input").write_text("garbage\n")
         card = read(sysfs_root)["card1"]
