@@ -27,7 +27,7 @@ def sglang(name: str = "main", **values: float) -> EngineReading:
         histograms={"time_to_first_token_seconds": TTFT},
     )
     info = EngineInfo(version="0.5.23", model="Qwen3.8-27B-W4A16", tp_size="2", hicache="true")
-    return EngineReading("sglang", name, metrics, info, StallState(3.5, 47.2, 120.0), 0.25)
+    return EngineReading("sglang", name, metrics, info, StallState(3.5, 47.2, 120.0, 4.0, 48.9), 0.25)
 
 
 def test_gauges_and_counters_carry_the_engine_name_and_kind() -> None:
@@ -68,7 +68,8 @@ def test_info_carries_the_server_flags_beside_the_engine_labels() -> None:
     registry = collected(answered("engine/main", sglang()))
     labels = {**MAIN, "version": "0.5.23", "model": "Qwen3.8-27B-W4A16", "tp_size": "2",
               "hicache": "true", "hicache_storage": "", "mixed_chunk": "",
-              "chunked_prefill_size": "", "schedule_policy": ""}
+              "chunked_prefill_size": "", "schedule_policy": "", "speculative": "",
+              "decode_log_interval": ""}
     assert registry.get_sample_value("rig_engine_info", labels) == 1.0
 
 
@@ -134,8 +135,8 @@ def test_no_probe_family_before_the_first_probe_finishes() -> None:
 
 
 def test_the_stall_maximum_says_the_window_in_force() -> None:
-    compressed = dataclasses.replace(sglang(), stall=StallState(0.0, 2.0, 5.0, window_seconds=6.0))
+    compressed = dataclasses.replace(sglang(), stall=StallState(0.0, 2.0, 5.0, 0.0, 2.25, window_seconds=6.0))
     help_text = {f.name: f.documentation for f in collected(
         answered("engine/main", compressed)).collect()}
     assert help_text["rig_engine_decode_stall_max_seconds"] == (
-        "Longest decode stall in the last 6 s.")
+        "Longest decode stall in the last 6 s, at least.")

@@ -71,7 +71,7 @@ def engine(name: str = "main", stall: float | None = 0.0, tiers: dict | None = N
                 "decode_batches_total": 100.0, "prompt_tokens_total": 0.0}
     metrics = EngineMetrics(values={**defaults, **values},
                             tiers={"cache_hit_tokens_total": tiers} if tiers else {})
-    state = None if stall is None else StallState(stall, stall, stall)
+    state = None if stall is None else StallState(stall, stall, stall, stall, stall)
     return EngineReading("sglang", name, metrics, None, state)
 
 
