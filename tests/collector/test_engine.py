@@ -27,7 +27,8 @@ def sglang(name: str = "main", **values: float) -> EngineReading:
         histograms={"time_to_first_token_seconds": TTFT},
     )
     info = EngineInfo(version="0.5.23", model="Qwen3.8-27B-W4A16", tp_size="2", hicache="true")
-    return EngineReading("sglang", name, metrics, info, StallState(3.5, 47.2, 120.0, 4.0, 48.9), 0.25)
+    stall = StallState(3.5, 47.2, 120.0, 4.0, 48.9)
+    return EngineReading("sglang", name, metrics, info, stall, 0.25)
 
 
 def test_gauges_and_counters_carry_the_engine_name_and_kind() -> None:
@@ -135,7 +136,8 @@ def test_no_probe_family_before_the_first_probe_finishes() -> None:
 
 
 def test_the_stall_maximum_says_the_window_in_force() -> None:
-    compressed = dataclasses.replace(sglang(), stall=StallState(0.0, 2.0, 5.0, 0.0, 2.25, window_seconds=6.0))
+    compressed = dataclasses.replace(
+        sglang(), stall=StallState(0.0, 2.0, 5.0, 0.0, 2.25, window_seconds=6.0))
     help_text = {f.name: f.documentation for f in collected(
         answered("engine/main", compressed)).collect()}
     assert help_text["rig_engine_decode_stall_max_seconds"] == (

@@ -101,10 +101,15 @@ def play(version: str, mode: str, seconds: float, events: Events,
                     longest = max(longest, state.current_seconds)
                 for ended, low, high in poller.tracker.recent(clock.now):
                     stalls[ended] = (ended - start, low, high)
-                clock.advance(delay)
-                engine.sync()  # the engine runs on as time passes
-                while pending and pending[0][0] <= clock.now - start:
+                until = clock.now + delay
+                # The engine runs on as time passes; an event lands at its own time,
+                # between polls.
+                while pending and start + pending[0][0] <= until:
+                    clock.now = max(clock.now, start + pending[0][0])
+                    engine.sync()
                     pending.pop(0)[1](engine)
+                clock.now = until
+                engine.sync()
                 if clock.now - start > seconds:
                     raise _End
 
