@@ -11,6 +11,7 @@ from exporter.engines.info import EngineInfo
 from exporter.engines.normalise import EngineMetrics, HistogramValue
 from exporter.engines.probe import ProbeReading, ProbeResult
 from exporter.engines.source import EngineReading
+from exporter.engines.stall.plans import HTTP_IN_FLIGHT
 from exporter.engines.stall.tracker import StallState
 from exporter.streams.histogram import Histogram
 from tests.collector.registry import answered, collected, sample_names
@@ -28,7 +29,7 @@ def sglang(name: str = "main", **values: float) -> EngineReading:
     )
     info = EngineInfo(version="0.5.23", model="Qwen3.8-27B-W4A16", tp_size="2", hicache="true")
     stall = StallState(3.5, 47.2, 120.0, 4.0, 48.9)
-    return EngineReading("sglang", name, metrics, info, stall, 0.25)
+    return EngineReading("sglang", name, metrics, info, stall, 0.25, HTTP_IN_FLIGHT)
 
 
 def test_gauges_and_counters_carry_the_engine_name_and_kind() -> None:
@@ -63,6 +64,11 @@ def test_tiers_histograms_and_stall_families() -> None:
     assert registry.get_sample_value("rig_engine_decode_stall_max_seconds", MAIN) == 47.2
     assert registry.get_sample_value("rig_engine_decode_stalled_seconds_total", MAIN) == 120.0
     assert registry.get_sample_value("rig_engine_decode_stall_resolution_seconds", MAIN) == 0.25
+    assert registry.get_sample_value("rig_engine_decode_stall_upper_seconds", MAIN) == 4.0
+    assert registry.get_sample_value("rig_engine_decode_stall_max_upper_seconds", MAIN) == 48.9
+    plan = {**MAIN, "plan": "http_in_flight", "progress": "decode_passes+streamed_tokens",
+            "in_flight": "running_while_http_active"}
+    assert registry.get_sample_value("rig_engine_decode_stall_plan_info", plan) == 1.0
 
 
 def test_info_carries_the_server_flags_beside_the_engine_labels() -> None:
