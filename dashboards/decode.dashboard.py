@@ -48,7 +48,8 @@ def build(t: Thresholds) -> Dashboard:
             " gap between frames (last probe), the stream tap's longest gap of any real"
             f" request in the last {t.decode_stall_window_seconds} s (a gap still open counts;"
             " absent unless the tap is on), and the stall tracker's longest decode stall in"
-            f" the last {t.decode_stall_window_seconds} s. Dashed"
+            f" the last {t.decode_stall_window_seconds} s, at least and at most (it is known"
+            " only between polls; the alerts judge the middle). Dashed"
             f" lines: {t.decode_stutter_seconds:g} s (stutter) and"
             f" {t.decode_stall_critical_seconds:g} s (starvation).",
             "s",
@@ -56,6 +57,8 @@ def build(t: Thresholds) -> Dashboard:
                 (sel("rig_probe_max_token_gap_seconds"), "{{engine}} probe"),
                 (sel("rig_stream_max_token_gap_seconds"), "{{engine}} stream tap"),
                 (sel("rig_engine_decode_stall_max_seconds"), "{{engine}} stall tracker"),
+                (sel("rig_engine_decode_stall_max_upper_seconds"),
+                 "{{engine}} stall tracker, at most"),
             ),
             thresholds=gap_steps,
             alerts=("RigDecodeStarvation", "RigDecodeStuttering"),
@@ -81,8 +84,9 @@ def build(t: Thresholds) -> Dashboard:
         timeseries(
             "Stall tracker: stall under way and its resolution",
             "The decode stall under way now (0 while decoding) and the tracker's poll"
-            " interval in force (its resolution, set by the 2 % engine-cost budget): a stall"
-            " shorter than the resolution can be missed.",
+            " interval in force (its resolution, set by the 2 % engine-cost budget, and its"
+            " floor while decode stands still): a stall shorter than the resolution can be"
+            " missed.",
             "s",
             targets(
                 (sel("rig_engine_decode_stall_seconds"), "{{engine}} stall under way"),

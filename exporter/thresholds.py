@@ -37,7 +37,9 @@ class Thresholds:
     # scheduler stalls a 64K decode for 47.23 s during a 64K prefill
     # (docs/facts/rig.md#decode-starvation).
     decode_stall_critical_seconds: float = 10.0
-    decode_starvation_for_seconds: int = 30
+    # A measured stall is already a duration: holding it again only delays the page
+    # (docs/alerts.md#why-the-stall-alerts-do-not-hold).
+    decode_starvation_for_seconds: int = 0
     # The exporter's longest-gap gauges (stall tracker, stream tap) look back this
     # far; the rules' ranges over them add it, and the stutter rule steps by it.
     decode_stall_window_seconds: int = 60
@@ -46,7 +48,8 @@ class Thresholds:
     decode_stutter_seconds: float = 2.0
     decode_stutter_count: int = 3
     decode_stutter_window_seconds: int = 600
-    decode_stutter_for_seconds: int = 60
+    # The count over the stutter window is the confirmation, as above.
+    decode_stutter_for_seconds: int = 0
     # Queued requests, nothing running, no decode batch: longer than the
     # longest legitimate cold prefill (243.81 s for 192K tokens,
     # docs/facts/rig.md#latency-and-throughput).

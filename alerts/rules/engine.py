@@ -28,6 +28,15 @@ def engine_alerts(t: Thresholds) -> list[Alert]:
     # window with a stall once.
     step = dur(t.decode_stall_window_seconds)
     kv_for = dur(t.kv_saturated_for_seconds)
+    # The stall tracker knows a stall only between polls: judged by the middle of its
+    # bounds (docs/stall-tracker.md#honest-bounds).
+    tracked = ("(rig_engine_decode_stall_max_seconds"
+               " + rig_engine_decode_stall_max_upper_seconds) / 2")
+    tracked_longest = (f"(max_over_time(rig_engine_decode_stall_max_seconds[{longest}])"
+                       f" + max_over_time(rig_engine_decode_stall_max_upper_seconds[{longest}]))"
+                       " / 2")
+    held = (f", held {dur(t.decode_starvation_for_seconds)}"
+            if t.decode_starvation_for_seconds else "")
     return [
         Alert(
             "RigDecodeStarvation",
@@ -40,15 +49,14 @@ def engine_alerts(t: Thresholds) -> list[Alert]:
 max_over_time(rig_stream_max_token_gap_seconds[{longest}])
 and rig_stream_max_token_gap_seconds >= {stall}
 or on({ENGINE})
-max_over_time(rig_engine_decode_stall_max_seconds[{longest}])
-and rig_engine_decode_stall_max_seconds >= {stall}
+{tracked_longest}
+and {tracked} >= {stall}
 or on({ENGINE})
 max_over_time(rig_probe_max_token_gap_seconds[{longest}])
 and rig_probe_max_token_gap_seconds >= {stall}
 """,
             t.decode_starvation_for_seconds,
-            f"Running requests got no decoded token for {stall}s or more,"
-            f" held {dur(t.decode_starvation_for_seconds)}.",
+            f"Running requests got no decoded token for {stall}s or more{held}.",
             ENGINE_SUBJECT + " went up to {{ $value | humanizeDuration }} without decoding a"
             f" token (longest stall in the last {longest}, alert at {stall}s;"
             " stream tap, stall tracker or stream probe).",
@@ -68,7 +76,7 @@ count_over_time(
     max without () (
       rig_stream_max_token_gap_seconds >= {stutter_lo} < {stall}
       or on({ENGINE})
-      rig_engine_decode_stall_max_seconds >= {stutter_lo} < {stall}
+      {tracked} >= {stutter_lo} < {stall}
     )
   )[{stutter_window}:{step}]
 ) >= {t.decode_stutter_count}

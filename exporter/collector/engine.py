@@ -85,23 +85,40 @@ def _(reading: EngineReading) -> Iterator[Metric]:
     if reading.stall_resolution_seconds is not None:
         resolution = gauge("engine_decode_stall_resolution_seconds",
                            "The stall tracker's poll interval in force (set by the "
-                           "engine-cost budget when it reads /metrics).", ENGINE_LABELS)
+                           "engine-cost budget when it reads /metrics; its floor while "
+                           "decode stands still).", ENGINE_LABELS)
         resolution.add_metric(ids, reading.stall_resolution_seconds)
         yield resolution
+    if reading.stall_plan is not None:
+        plan = reading.stall_plan
+        info = gauge("engine_decode_stall_plan_info",
+                     "The signals the stall tracker reads, chosen from what the engine "
+                     "exposes; the value is always 1.",
+                     [*ENGINE_LABELS, "plan", "progress", "in_flight"])
+        info.add_metric([*ids, plan.name, plan.progress, plan.in_flight], 1.0)
+        yield info
 
 
 def _stall_families(ids: list[str], stall: StallState) -> Iterable[Metric]:
-    current = gauge("engine_decode_stall_seconds",
-                    "Length of the decode stall under way (requests running, no decode "
-                    "batch); 0 while decoding.", ENGINE_LABELS)
-    current.add_metric(ids, stall.current_seconds)
-    longest = gauge("engine_decode_stall_max_seconds",
-                    f"Longest decode stall in the last {stall.window_seconds:g} s.", ENGINE_LABELS)
-    longest.add_metric(ids, stall.max_recent_seconds)
+    window = f"{stall.window_seconds:g} s"
+    for name, doc, value in (
+        ("engine_decode_stall_seconds", "Length of the decode stall under way (requests "
+         "running, no decode progress), at least; 0 while decoding.", stall.current_seconds),
+        ("engine_decode_stall_upper_seconds", "Length of the decode stall under way, at "
+         "most (one poll more at its start).", stall.current_upper_seconds),
+        ("engine_decode_stall_max_seconds", f"Longest decode stall in the last {window}, "
+         "at least.", stall.max_recent_seconds),
+        ("engine_decode_stall_max_upper_seconds", f"Longest decode stall in the last "
+         f"{window}, at most.", stall.max_recent_upper_seconds),
+    ):
+        family = gauge(name, doc, ENGINE_LABELS)
+        family.add_metric(ids, value)
+        yield family
     total = counter("engine_decode_stalled_seconds_total",
-                    "Time spent in decode stalls since the exporter started.", ENGINE_LABELS)
+                    "Time spent in decode stalls since the exporter started (the lower "
+                    "bounds added up).", ENGINE_LABELS)
     total.add_metric(ids, stall.total_seconds)
-    return current, longest, total
+    yield total
 
 
 @families.register

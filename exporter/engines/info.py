@@ -29,6 +29,9 @@ class EngineInfo:
     mixed_chunk: str = ""
     chunked_prefill_size: str = ""
     schedule_policy: str = ""
+    #: The speculative algorithm (EAGLE, NEXTN, ...), "" when off.
+    speculative: str = ""
+    decode_log_interval: str = ""
 
 
 async def fetch_info(session: aiohttp.ClientSession, base_url: str, kind: str) -> EngineInfo:
@@ -59,6 +62,8 @@ def sglang_info(server: dict[str, Any]) -> EngineInfo:
         mixed_chunk=_text(server.get("enable_mixed_chunk")),
         chunked_prefill_size=_text(server.get("chunked_prefill_size")),
         schedule_policy=_text(server.get("schedule_policy")),
+        speculative=_text(server.get("speculative_algorithm")),
+        decode_log_interval=_text(server.get("decode_log_interval")),
     )
 
 

@@ -23,7 +23,9 @@ from exporter.engines.fetch import get_text
 from exporter.engines.info import EngineInfo, fetch_info
 from exporter.engines.mapping import TABLES
 from exporter.engines.normalise import EngineMetrics, normalise, wanted_names
-from exporter.engines.stall.plans import plan_for
+from exporter.engines.stall.evidence import Evidence, ServerFlags
+from exporter.engines.stall.planner import Planner
+from exporter.engines.stall.plans import SignalPlan
 from exporter.engines.stall.readers import (
     CounterReader,
     MetricsBody,
@@ -40,6 +42,8 @@ INFO_REFRESH_SECONDS = 3600.0
 # An engine that was down when the exporter started is asked again this often.
 INFO_RETRY_SECONDS = 60.0
 INFO_TIMEOUT_SECONDS = 30.0
+# The one /v1/loads probe at start: a route from 0.5.8 (docs/stall-tracker.md#signals-by-feature).
+LOADS_PROBE_TIMEOUT_SECONDS = 5.0
 
 
 @dataclass
@@ -51,6 +55,8 @@ class EngineReading:
     stall: StallState | None
     #: The stall tracker's poll interval in force; None while it does not track.
     stall_resolution_seconds: float | None = None
+    #: The signals it reads; None while it does not track.
+    stall_plan: SignalPlan | None = None
 
 
 class EngineSource:
@@ -97,7 +103,8 @@ class EngineSource:
             await self.session.close()
 
     async def _track(self) -> None:
-        """Wait for the engine's version, choose the signals and the reader once, track."""
+        """Wait for the engine's version and flags, ask /v1/loads once, choose the reader
+        once and the signals from that evidence (again as more arrives), track."""
         while self._info is None:
             self._refresh_info_if_due()
             if self._info_task is not None and not self._info_task.done():
@@ -105,11 +112,11 @@ class EngineSource:
                 await asyncio.wait({self._info_task})
             if self._info is None:
                 await asyncio.sleep(INFO_RETRY_SECONDS / 10)
-        plan = plan_for(self._info.version)
-        if plan is None:
-            log.warning("engine %s: SGLang %r is not a release the stall tracker was "
-                        "checked against (0.5.5 and later): rig_engine_decode_stall_* "
-                        "stay absent", self.config.name, self._info.version)
+        assert self.session is not None
+        info = self._info
+        planner = Planner(self.config.name,
+                          await engine_evidence(self.session, self.config.url, info))
+        if planner.choice.final:
             return
         interval = self.config.stall_poll_interval_seconds
         if self.config.metrics_dir:
@@ -117,9 +124,9 @@ class EngineSource:
         else:
             reader = MetricsReader(self.body, interval)
         self._stall_reader = reader
-        self.stall = StallPoller(reader, plan, window_seconds=self.config.stall_window_seconds)
-        log.info("engine %s: stall tracker on SGLang %s (signals for %s) reads %s",
-                 self.config.name, self._info.version, plan.releases, reader.how)
+        self.stall = StallPoller(reader, planner, window_seconds=self.config.stall_window_seconds)
+        log.info("engine %s: stall tracker on SGLang %s reads %s", self.config.name,
+                 info.version, reader.how)
         await self.stall.run()
 
     async def _get_metrics(self) -> str:
@@ -155,9 +162,11 @@ class EngineSource:
         metrics.problems[:0] = problems
         self._log_problems(tuple(metrics.problems))
         stall = self.stall.state() if self.stall is not None else None
-        resolution = self.stall.resolution_seconds() if self.stall is not None else None
-        return EngineReading(self.config.kind, self.config.name, metrics, self._info, stall,
-                             resolution)
+        tracking = self.stall if stall is not None else None
+        return EngineReading(
+            self.config.kind, self.config.name, metrics, self._info, stall,
+            tracking.resolution_seconds() if tracking is not None else None,
+            tracking.planner.plan if tracking is not None else None)
 
     def _tp_size(self) -> int:
         try:
@@ -191,3 +200,26 @@ class EngineSource:
             self._conditions.failed(f"engine {self.config.name} server info", error)
         else:
             self._conditions.ok(f"engine {self.config.name} server info")
+
+
+def server_flags(info: EngineInfo) -> ServerFlags:
+    """The flags of rig_engine_info that change what the stall tracker's signals see."""
+    interval = info.decode_log_interval
+    return ServerFlags(mixed_chunk=info.mixed_chunk == "true", speculative=info.speculative,
+                       decode_log_interval=int(interval) if interval.isdigit() else None)
+
+
+async def engine_evidence(session: aiohttp.ClientSession, base_url: str,
+                          info: EngineInfo) -> Evidence:
+    """What the stall tracker's choice starts from: the version and flags of
+    /server_info, and whether GET /v1/loads answers (0.5.8 on; one request)."""
+    url = base_url + "/v1/loads?include=core"
+    loads: bool | None = True
+    try:
+        async with asyncio.timeout(LOADS_PROBE_TIMEOUT_SECONDS):
+            await get_text(session, url)
+    except SourceError as exc:
+        loads = False if "HTTP 404" in str(exc) else None
+    except TimeoutError:
+        loads = None
+    return Evidence(info.version, server_flags(info), loads_route=loads)

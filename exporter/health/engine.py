@@ -57,13 +57,18 @@ def _starvation(c: Context, labels: dict[str, str], reading: EngineReading) -> l
                           f"{tap.active} streams open)",
                           "tap"))
     if reading.stall is not None:
-        longest = reading.stall.max_recent_seconds
-        under_way = ", still under way" if reading.stall.current_seconds > 0 else ""
-        window = f"the last {reading.stall.window_seconds:g} s"
+        # The middle of the stall's bounds, as the rule judges it
+        # (docs/stall-tracker.md#honest-bounds).
+        stall = reading.stall
+        longest = stall.longest_estimate_seconds
+        under_way = ", still under way" if stall.current_seconds > 0 else ""
+        window = f"the last {stall.window_seconds:g} s"
+        bounds = (f", between {seconds(stall.max_recent_seconds)} and "
+                  f"{seconds(stall.max_recent_upper_seconds)}" if longest > 0 else "")
         reason = (f"{name}: decode stalled {seconds(longest)} with requests running "
-                  f"(stall tracker, longest in {window}{under_way})" if longest >= limit
+                  f"(stall tracker, longest in {window}{bounds}{under_way})" if longest >= limit
                   else f"{name}: longest decode stall in {window} {seconds(longest)} "
-                       "(stall tracker)")
+                       f"(stall tracker{bounds})")
         out.append(signal("decode_starvation", labels, "RigDecodeStarvation", stages,
                           longest >= limit, longest, limit, "s", reason, "stall"))
     probe = c.view.probes.get(name)
@@ -124,7 +129,7 @@ def _stutter(c: Context, labels: dict[str, str], reading: EngineReading) -> list
     window = t.decode_stutter_window_seconds
     views = [c.history.stepped(("engine", name, family), c.now, window,
                                t.decode_stall_window_seconds)
-             for family in ("stream_max_token_gap_seconds", "decode_stall_max_seconds")]
+             for family in ("stream_max_token_gap_seconds", "decode_stall_estimate_seconds")]
     minutes = sum(1 for step in zip(*views, strict=True)
                   if any(v is not None and low <= v < high for v in step))
     holds: bool | None = minutes >= t.decode_stutter_count

@@ -82,7 +82,8 @@ def history_values(view: RigView) -> Iterator[tuple[tuple[str, ...], float]]:
             if "L2" in hits:
                 yield ("engine", name, "cache_hit_tokens_total:L2"), hits["L2"]
         if engine.stall is not None:
-            yield ("engine", name, "decode_stall_max_seconds"), engine.stall.max_recent_seconds
+            yield (("engine", name, "decode_stall_estimate_seconds"),
+                   engine.stall.longest_estimate_seconds)
     for name, tap in view.taps.items():
         yield ("engine", name, "stream_max_token_gap_seconds"), tap.max_gap_seconds
     if view.host is not None:

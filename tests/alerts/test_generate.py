@@ -29,7 +29,8 @@ def test_every_threshold_changes_the_rules(name: str) -> None:
 def test_thresholds_render_into_expressions() -> None:
     rules = render(Thresholds(kv_usage_ratio=0.9, decode_stall_critical_seconds=15))
     assert "rig_engine_kv_usage_ratio >= 0.9\n" in rules
-    assert "rig_engine_decode_stall_max_seconds >= 15\n" in rules
+    assert ("(rig_engine_decode_stall_max_seconds + rig_engine_decode_stall_max_upper_seconds)"
+            " / 2 >= 15\n") in rules
 
 
 def test_the_gpu_count_rule_reads_the_expected_count_from_the_exporter() -> None:
@@ -60,7 +61,8 @@ def test_config_thresholds_render_into_the_out_file(tmp_path) -> None:
     assert main(["--config", str(config), "--out", str(out)]) == 0
     rules = out.read_text()
     assert "rig_engine_kv_usage_ratio >= 0.9\n" in rules
-    assert "rig_engine_decode_stall_max_seconds >= 15\n" in rules
+    assert ("(rig_engine_decode_stall_max_seconds + rig_engine_decode_stall_max_upper_seconds)"
+            " / 2 >= 15\n") in rules
     assert f"--config {config}" in rules.splitlines()[0]
     assert main(["--config", str(config), "--out", str(out), "--check"]) == 0
     # The committed (default) rules are stale against this config, and vice versa.

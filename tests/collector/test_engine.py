@@ -11,6 +11,7 @@ from exporter.engines.info import EngineInfo
 from exporter.engines.normalise import EngineMetrics, HistogramValue
 from exporter.engines.probe import ProbeReading, ProbeResult
 from exporter.engines.source import EngineReading
+from exporter.engines.stall.plans import HTTP_IN_FLIGHT
 from exporter.engines.stall.tracker import StallState
 from exporter.streams.histogram import Histogram
 from tests.collector.registry import answered, collected, sample_names
@@ -27,7 +28,8 @@ def sglang(name: str = "main", **values: float) -> EngineReading:
         histograms={"time_to_first_token_seconds": TTFT},
     )
     info = EngineInfo(version="0.5.23", model="Qwen3.8-27B-W4A16", tp_size="2", hicache="true")
-    return EngineReading("sglang", name, metrics, info, StallState(3.5, 47.2, 120.0), 0.25)
+    stall = StallState(3.5, 47.2, 120.0, 4.0, 48.9)
+    return EngineReading("sglang", name, metrics, info, stall, 0.25, HTTP_IN_FLIGHT)
 
 
 def test_gauges_and_counters_carry_the_engine_name_and_kind() -> None:
@@ -62,13 +64,19 @@ def test_tiers_histograms_and_stall_families() -> None:
     assert registry.get_sample_value("rig_engine_decode_stall_max_seconds", MAIN) == 47.2
     assert registry.get_sample_value("rig_engine_decode_stalled_seconds_total", MAIN) == 120.0
     assert registry.get_sample_value("rig_engine_decode_stall_resolution_seconds", MAIN) == 0.25
+    assert registry.get_sample_value("rig_engine_decode_stall_upper_seconds", MAIN) == 4.0
+    assert registry.get_sample_value("rig_engine_decode_stall_max_upper_seconds", MAIN) == 48.9
+    plan = {**MAIN, "plan": "http_in_flight", "progress": "decode_passes+streamed_tokens",
+            "in_flight": "running_while_http_active"}
+    assert registry.get_sample_value("rig_engine_decode_stall_plan_info", plan) == 1.0
 
 
 def test_info_carries_the_server_flags_beside_the_engine_labels() -> None:
     registry = collected(answered("engine/main", sglang()))
     labels = {**MAIN, "version": "0.5.23", "model": "Qwen3.8-27B-W4A16", "tp_size": "2",
               "hicache": "true", "hicache_storage": "", "mixed_chunk": "",
-              "chunked_prefill_size": "", "schedule_policy": ""}
+              "chunked_prefill_size": "", "schedule_policy": "", "speculative": "",
+              "decode_log_interval": ""}
     assert registry.get_sample_value("rig_engine_info", labels) == 1.0
 
 
@@ -134,8 +142,9 @@ def test_no_probe_family_before_the_first_probe_finishes() -> None:
 
 
 def test_the_stall_maximum_says_the_window_in_force() -> None:
-    compressed = dataclasses.replace(sglang(), stall=StallState(0.0, 2.0, 5.0, window_seconds=6.0))
+    compressed = dataclasses.replace(
+        sglang(), stall=StallState(0.0, 2.0, 5.0, 0.0, 2.25, window_seconds=6.0))
     help_text = {f.name: f.documentation for f in collected(
         answered("engine/main", compressed)).collect()}
     assert help_text["rig_engine_decode_stall_max_seconds"] == (
-        "Longest decode stall in the last 6 s.")
+        "Longest decode stall in the last 6 s, at least.")

@@ -123,7 +123,7 @@ class SimThread:
             advance(self.server.state, 0.5)
             # Streamed tokens (the ITL histogram) move only while decode does: the
             # stall tracker reads them as decode progress
-            # (docs/stall-tracker.md#signals-by-release).
+            # (docs/stall-tracker.md#signals-by-feature).
             decoded, batches = batches, self.server.state.decode_batches()
             if batches != decoded:
                 observe(self.server.blocks, 20, 0.5)

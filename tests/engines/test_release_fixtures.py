@@ -11,7 +11,9 @@ import pytest
 from exporter.engines.exposition import parse
 from exporter.engines.mapping import SGLANG
 from exporter.engines.normalise import normalise, wanted_names
-from exporter.engines.stall.plans import ProgressView, plan_for
+from exporter.engines.stall.evidence import Evidence
+from exporter.engines.stall.plans import choose
+from exporter.engines.stall.progress import ProgressView
 from exporter.engines.stall.readers import MetricsBody, MetricsReader
 
 RELEASES = Path(__file__).parent.parent / "fixtures" / "engine" / "releases"
@@ -39,7 +41,9 @@ def test_tracker_counters(version):
         assert c.decode_passes is None  # the family does not exist before 0.5.7
     else:
         assert c.decode_passes == 4096.0  # decode modes only, max over TP ranks
-    progress = ProgressView(plan_for(version)).progress(c)
+    plan = choose(Evidence(version, families=c.families)).plan
+    assert plan is not None
+    progress = ProgressView(plan).progress(c, 0.0)
     assert progress.decode == 15.0 + (c.decode_passes or 0.0)
 
 

@@ -10,7 +10,9 @@ import random
 import pytest
 
 from exporter.config import Config, GpuConfig, HostConfig
-from exporter.engines.stall.plans import Counters, plan_for
+from exporter.engines.stall.evidence import Evidence
+from exporter.engines.stall.planner import Planner
+from exporter.engines.stall.plans import Counters
 from exporter.engines.stall.tracker import StallPoller
 from exporter.runtime import Exporter
 from exporter.snapshot import read_source
@@ -32,7 +34,7 @@ class HeldReader:
         self.pending = asyncio.get_running_loop().create_future()
         return await self.pending
 
-    def resolution_seconds(self) -> float:
+    def resolution_seconds(self, standing_still: bool = False) -> float:
         return 0.0
 
     def close(self) -> None:
@@ -54,9 +56,7 @@ def test_tracker_cancelled_around_a_completed_read_stops(iterations_after_comple
 
     async def scenario() -> None:
         reader = HeldReader()
-        plan = plan_for("0.5.23")
-        assert plan is not None
-        poller = StallPoller(reader, plan)
+        poller = StallPoller(reader, Planner("main", Evidence("0.5.23")))
         task = asyncio.create_task(poller.run())
         await _until(lambda: reader.pending is not None)
         reader.pending.set_result(Counters(decode_passes=1.0, running=1.0))

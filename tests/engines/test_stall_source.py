@@ -9,7 +9,6 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from exporter.config import Config, GpuConfig, HostConfig
-from exporter.engines.stall.plans import plan_for
 from exporter.engines.stall.readers import TRACKER_BUDGET, RenderPacer
 from exporter.engines.stall.tracker import DecodeStallTracker
 from exporter.runtime import Exporter
@@ -17,9 +16,13 @@ from tests.engines.helpers import engine_config
 from tests.support.sglang_release import ReleasePlayback, ReleaseServer
 
 
-def run_exporter(version: str, seconds: float, files: bool) -> tuple[dict, int]:
+def run_exporter(version: str, seconds: float, files: bool,
+                 **playback_fields: object) -> tuple[dict, int]:
+    """The exporter's series of engine main (plan_info by its labels), and the renders
+    the tracker caused."""
+
     async def scenario() -> tuple[str, int]:
-        playback = ReleasePlayback(version)
+        playback = ReleasePlayback(version, **playback_fields)
         playback.start_requests(streaming=2)
         server = ReleaseServer(playback)
         await server.start()
@@ -49,8 +52,14 @@ def run_exporter(version: str, seconds: float, files: bool) -> tuple[dict, int]:
         return text, renders_by_tracker
 
     text, renders = asyncio.run(scenario())
-    values = {s.name: s.value for f in text_string_to_metric_families(text)
-              for s in f.samples if s.labels.get("engine") == "main"}
+    values: dict = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.labels.get("engine") == "main":
+                values[sample.name] = sample.value
+                if sample.name == "rig_engine_decode_stall_plan_info":
+                    values["plan"] = {k: v for k, v in sample.labels.items()
+                                      if k in ("plan", "progress", "in_flight")}
     return values, renders
 
 
@@ -68,21 +77,30 @@ def test_without_metrics_dir_the_resolution_is_the_budget_s():
 
 
 def test_a_release_not_read_leaves_the_series_absent_with_one_log_line(caplog):
-    with caplog.at_level(logging.WARNING, logger="exporter.engines.source"):
+    with caplog.at_level(logging.WARNING, logger="exporter.engines.stall.planner"):
         values, renders = run_exporter("0.5.4", 1.5, files=False)
     assert not any(name.startswith("rig_engine_decode_stall") for name in values)
     assert renders == 0
     lines = [r for r in caplog.records if "stall tracker" in r.getMessage()]
     assert len(lines) == 1 and "0.5.4" in lines[0].getMessage()
+    assert "older than 0.5.5" in lines[0].getMessage()
 
 
-@pytest.mark.parametrize(("version", "releases"), [
-    ("0.5.4", None), ("0.5.5", "0.5.5-0.5.6"), ("0.5.6.post2", "0.5.5-0.5.6"),
-    ("0.5.9", "0.5.7-0.5.9"), ("0.5.10.post1", "0.5.10 and later"),
-    ("0.5.23", "0.5.10 and later"), ("main", None), ("", None)])
-def test_plan_by_release(version, releases):
-    plan = plan_for(version)
-    assert (plan.releases if plan else None) == releases
+@pytest.mark.parametrize("reported", ["0.0.0.dev0", "0.5.24.dev7+gf84475c"])
+@pytest.mark.parametrize("files", [True, False])
+def test_a_source_tree_build_gets_the_plan_its_families_support(reported, files, caplog):
+    """0.5.23's metrics under a version that names no release: planned by what the
+    engine shows, exported as plan_info and logged once with the evidence."""
+    with caplog.at_level(logging.INFO, logger="exporter.engines.stall.planner"):
+        values, _ = run_exporter("0.5.23", 1.5, files=files, reported_version=reported)
+    assert values["plan"] == {"plan": "http_in_flight",
+                              "progress": "decode_passes+streamed_tokens",
+                              "in_flight": "running_while_http_active"}
+    assert values["rig_engine_decode_stall_seconds"] == 0.0
+    lines = [r.getMessage() for r in caplog.records if "stall tracker plan" in r.getMessage()]
+    assert len(lines) == 1
+    assert reported in lines[0] and "http_requests_active" in lines[0]
+    assert "/v1/loads answers" in lines[0]
 
 
 class TestRenderPacer:

@@ -111,7 +111,8 @@ json_values = st.recursive(
 )
 SERVER_INFO_KEYS = ("version", "served_model_name", "model_path", "tp_size",
                     "enable_hierarchical_cache", "hicache_storage_backend",
-                    "enable_mixed_chunk", "chunked_prefill_size", "schedule_policy")
+                    "enable_mixed_chunk", "chunked_prefill_size", "schedule_policy",
+                    "speculative_algorithm", "decode_log_interval")
 
 
 @FUZZ

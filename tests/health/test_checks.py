@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import dataclasses
 
+import pytest
+
 from exporter.health.report import State, Status
 from exporter.thresholds import Thresholds
 from tests.health.rig import Rig, Watch, card, engine, host, one, probe, statuses
@@ -123,12 +125,23 @@ class TestGpu:
 class TestDecode:
     def test_starvation_names_the_engine_and_the_stall(self) -> None:
         watch, rig = Watch(), Rig(engines=[engine(stall=47.2)])
+        # A measured stall is not held again: firing at first sight, as the rule.
         check = one(watch.at(0, rig), "decode_starvation", engine="main")
-        assert check.status is Status.CRIT and "fires after 30 s" in check.reason
-        check = one(watch.over(0, 30, 15, rig), "decode_starvation", engine="main")
-        assert check.status is Status.CRIT
+        assert check.status is Status.CRIT and check.state is State.FIRING
         assert "main" in check.reason and "47.2 s" in check.reason
         assert check.value == 47.2 and check.threshold == 10
+
+    @pytest.mark.parametrize(("lower", "upper", "status", "between"), [
+        (9.0, 12.25, Status.CRIT, "between 9 s and 12.2 s"),  # a true 12 s stall, 3 s polls
+        (7.75, 11.0, Status.OK, "between 7.8 s and 11 s"),  # a true 8 s one
+    ])
+    def test_starvation_judges_the_middle_of_the_bounds(self, lower, upper, status,
+                                                        between) -> None:
+        rig = Rig(engines=[engine(stall=lower, stall_upper=upper)])
+        check = one(Watch().at(0, rig), "decode_starvation", engine="main")
+        assert check.status is status
+        assert check.value == pytest.approx((lower + upper) / 2)
+        assert between in check.reason
 
     def test_a_probe_gap_counts_as_starvation_too(self) -> None:
         rig = Rig(engines=[engine(stall=None)], probes=[probe(max_gap=12.0)])

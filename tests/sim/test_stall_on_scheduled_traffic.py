@@ -10,7 +10,8 @@ import aiohttp
 import pytest
 
 from exporter.engines.fetch import get_text
-from exporter.engines.stall.plans import plan_for
+from exporter.engines.stall.evidence import Evidence
+from exporter.engines.stall.planner import Planner
 from exporter.engines.stall.readers import MetricsBody, MetricsReader
 from exporter.engines.stall.tracker import StallPoller
 from exporter.sim.engine.scheduler import Policy
@@ -36,7 +37,8 @@ def longest_stall(policy: Policy) -> tuple[float, float]:
         a = state.submit(65536, 10**6, cached={"device": 65535})
         async with running_sim(state) as server, aiohttp.ClientSession() as session:
             body = MetricsBody(lambda: get_text(session, server.url + "/metrics"), clock)
-            poller = StallPoller(MetricsReader(body, TICK), plan_for(state.version),
+            planner = Planner("main", Evidence(state.version))
+            poller = StallPoller(MetricsReader(body, TICK), planner,
                                  clock=clock)
             b = None
             longest = 0.0

@@ -7,17 +7,33 @@ What it reproduces, per release (read in the wheels; exporter/engines/stall/plan
   processes are simulated in one process by giving each its own file identity
   (prometheus_client's `MultiProcessValue(process_identifier)`), so timelines can run
   on a simulated clock;
-- the decode pass counter (0.5.7 on) moving only for pure decode batches: a mixed
-  batch (`--enable-mixed-chunk`) counts as a prefill pass;
-- the tokenizer's inter-token-latency histogram counting every streamed token;
-- `num_running_reqs` refreshed on a prefill batch, every 40 decode batches, and when
-  idle every 30 s, or at once from 0.5.16 (`gauge_stale`);
-- `http_requests_active` (0.5.10 on) counting streams until they end;
+- each request in the running batch: its output length, a step's tokens (several
+  under speculative decoding), the step at which it finishes, whether it streams;
+- a decode step as `process_batch_result_decode` runs it: the decode pass counter
+  (0.5.7 on), then `stream_output` (a streaming request every step, a non-streaming
+  one when `len(output_ids) % 50 == 0` or at its end; the tokenizer's inter-token
+  histogram grows by the tokens sent, `num_requests_total` by the requests finished),
+  then, every `decode_log_interval` steps, the decode log: `num_running_reqs =
+  len(batch.reqs)`, which still counts the step's finished requests, and a freshly
+  measured `gen_throughput`; only then do finished requests leave the batch;
+- a prefill batch's log (`num_running_reqs` = the running batch without the new
+  requests, `gen_throughput` rewritten unchanged); a mixed batch
+  (`--enable-mixed-chunk`) counts as a prefill pass and gives each running request
+  one token;
+- the idle log every 30 s before 0.5.16 (`num_running_reqs` and `gen_throughput` 0),
+  at once from 0.5.16 (`gauge_stale`);
+- `http_requests_active` (0.5.8 on) on every route the server answers: until a
+  stream ends from 0.5.10, until the response headers before (so a streaming request
+  drops out at once);
+- evidence families: `realtime_tokens_total` (0.5.7 on), `full_token_usage` (0.5.10
+  on), the `/v1/loads` route (0.5.8 on), `/server_info` (0.5.6 on);
 - `/metrics`: `generate_latest` over a `MultiProcessCollector`, synchronously in the
   server's event loop (SGLang mounts prometheus_client's `make_asgi_app`);
-- a hang: /metrics does not answer until the hang ends.
+- a hang: /metrics does not answer and the tokenizer's events wait until it ends.
 
-It is a model of the release's metric behaviour, not of its scheduler's timing.
+It is a model of the release's metric behaviour, not of its scheduler's timing. The
+version it reports can differ from the release it behaves as (`reported_version`): a
+source-tree build.
 """
 
 from __future__ import annotations
@@ -26,6 +42,7 @@ import asyncio
 import contextlib
 import math
 import os
+import random
 import tempfile
 import time
 from collections.abc import Callable, Iterator
@@ -36,28 +53,34 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 from prometheus_client import values as prometheus_values
 from prometheus_client.multiprocess import MultiProcessCollector
 
-from exporter.engines.stall.plans import parse_version
+from exporter.engines.stall.evidence import read_version
 
 MODEL = "Qwen3.8-27B-W4A16"
 ITL_BUCKETS = (0.002, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 1.0, 2.0, 5.0,
                10.0, 20.0, 40.0, 80.0)
-#: SGLang's decode_log_interval default: gauges refresh every 40 decode batches.
-DECODE_LOG_INTERVAL = 40
 #: The idle refresh of the scheduler gauges before 0.5.16.
 IDLE_REFRESH_SECONDS = 30.0
+#: A non-streaming request reaches the tokenizer when its length is a multiple of this.
+FORCE_STREAM_INTERVAL = 50
+GENERATION_ROUTE = "/v1/chat/completions"
 
 
 @dataclass
 class ReleaseFeatures:
     decode_counter: bool
     http_active: bool
+    http_counts_streams: bool
+    full_token_usage: bool
+    loads_route: bool
     gauge_stale_fix: bool
     server_info_path: str
 
     @classmethod
     def of(cls, version: str) -> ReleaseFeatures:
-        parsed = parse_version(version) or (0, 0, 0)
-        return cls(decode_counter=parsed >= (0, 5, 7), http_active=parsed >= (0, 5, 10),
+        parsed = read_version(version).exact or (0, 0, 0)
+        return cls(decode_counter=parsed >= (0, 5, 7), http_active=parsed >= (0, 5, 8),
+                   http_counts_streams=parsed >= (0, 5, 10),
+                   full_token_usage=parsed >= (0, 5, 10), loads_route=parsed >= (0, 5, 8),
                    gauge_stale_fix=parsed >= (0, 5, 16),
                    server_info_path="/server_info" if parsed >= (0, 5, 6)
                    else "/get_server_info")
@@ -94,6 +117,18 @@ class _Processes:
 
 
 @dataclass
+class PlayedRequest:
+    stream: bool
+    #: The decode step (the playback's step count) at which it finishes; None: at finish_all.
+    finish_at: int | None = None
+    #: len(output_ids): the prefill's first token.
+    output: int = 1
+    #: Tokens the tokenizer has had (the first, at the prefill, is TTFT, not ITL).
+    sent: int = 1
+    finished: bool = False
+
+
+@dataclass
 class ReleasePlayback:
     """The metric side of one SGLang release, driven on a clock."""
 
@@ -104,10 +139,12 @@ class ReleasePlayback:
     tp_size: int = 2
     decode_batches_per_second: float = 30.0
     prefill_batches_per_second: float = 2.0
-    #: Streaming requests that are decoding.
-    streaming: int = 0
-    #: Requests in the running batch that do not stream.
-    non_streaming: int = 0
+    decode_log_interval: int = 40
+    #: What /server_info says; by default the release's own version.
+    reported_version: str = ""
+    #: Tokens a speculative step may accept (drawn in turn, seeded); () = no speculation.
+    speculative_tokens: tuple[int, ...] = ()
+    seed: int = 0
     #: The pid each simulated process writes its files as (tokenizer, tp0, tp1,
     #: detokenizer); by default made-up ones.
     pids: dict[str, int] | None = None
@@ -115,52 +152,66 @@ class ReleasePlayback:
 
     def __post_init__(self) -> None:
         self.features = ReleaseFeatures.of(self.version)
+        self.reported_version = self.reported_version or self.version
         if not self.directory:
             self._tmp = tempfile.TemporaryDirectory(prefix="sglang-prom-")
             self.directory = self._tmp.name
         self._processes = _Processes(self.directory, self.pids)
         self._metrics: dict[str, object] = {}
         self._declare()
+        self._random = random.Random(self.seed)
         self._at = self.clock()
         self._batch_credit = 0.0
         self._prefill_credit = 0.0
-        self._decode_batches = 0
+        #: The scheduler's forward_ct_decode: decode steps so far.
+        self.decode_steps = 0
+        self.running: list[PlayedRequest] = []
         self._prefill_until = -math.inf  # a long prefill under way until then
-        self.hang_until = -math.inf  # /metrics does not answer until then
+        self.hang_until = -math.inf  # /metrics and the tokenizer stop until then
         self._at_step = self._at
-        self._queued_tokens = 0
-        self._gauge_refreshed_at = self._at
+        self._queued: list[tuple[int, int]] = []  # tokenizer events waiting: (tokens, done)
+        self._logged_at = self._at
         self._gauge_value = 0.0
-        self._http_active = 0
-        self._publish_gauge(0.0)
+        self._gen_throughput = 0.0
+        self._tokens_since_log = 0
+        self._log_tic = time.perf_counter()
+        self._http: dict[str, int] = {}
+        self._log_stats(0.0)
 
     # -- scenario verbs -----------------------------------------------------------
-    def start_requests(self, streaming: int = 0, non_streaming: int = 0) -> None:
+    def start_requests(self, streaming: int = 0, non_streaming: int = 0,
+                       finish_after: list[int] | None = None) -> None:
+        """Admit requests in one prefill batch; `finish_after[i]`: request i (streaming
+        ones first) finishes that many decode steps from now, else at finish_all()."""
         self.sync()
-        self.streaming += streaming
-        self.non_streaming += non_streaming
-        self._set_http_active(self._http_active + streaming + non_streaming)
-        self._prefill_batch()  # admitting them is a prefill batch
+        kinds = [True] * streaming + [False] * non_streaming
+        finish_after = finish_after or []
+        new = [PlayedRequest(stream, self.decode_steps + finish_after[i]
+                             if i < len(finish_after) else None)
+               for i, stream in enumerate(kinds)]
+        for request in new:
+            self._http_enter(GENERATION_ROUTE)
+            if request.stream and not self.features.http_counts_streams:
+                self._http_exit(GENERATION_ROUTE)  # the middleware let go at the headers
+        self._prefill_batch()  # admitting them is a prefill batch, then they decode
+        self.running += new
 
     def finish_all(self) -> None:
-        """Every running request finishes: the tokenizer counts them, the gauge stays."""
+        """Every running request finishes at the next decode step."""
         self.sync()
-        done = self.streaming + self.non_streaming
-        self.streaming = self.non_streaming = 0
-        with self._processes.acting_as("tokenizer"):
-            self._m("num_requests_total").labels(model_name=MODEL).inc(done)
-        self._set_http_active(max(0, self._http_active - done))
+        for request in self.running:
+            request.finish_at = self.decode_steps + 1
 
     def long_prefill(self, seconds: float, new_request: bool = True) -> None:
         """A long prompt is prefilled; without mixed chunk decode waits for it."""
         self.sync()
         if new_request:
-            self._set_http_active(self._http_active + 1)
+            self._http_enter(GENERATION_ROUTE)
         self._prefill_until = self.clock() + seconds
 
     def hang(self, seconds: float) -> None:
         """The HTTP/tokenizer process stops (a blocked event loop): /metrics does not
-        answer and streamed tokens wait in its queue; the scheduler decodes on."""
+        answer and outputs wait in its queue; the scheduler decodes on."""
         self.sync()
         self.hang_until = self.clock() + seconds
 
@@ -179,75 +230,127 @@ class ReleasePlayback:
             self._advance(t, dt)
 
     def _advance(self, t: float, dt: float) -> None:
-        running = self.streaming + self.non_streaming
+        if t > self.hang_until and self._queued:
+            self._tokenizer_receives(0, 0)
         prefilling = t <= self._prefill_until
         if prefilling:
             self._prefill_credit += dt * self.prefill_batches_per_second
             while self._prefill_credit >= 1:
                 self._prefill_credit -= 1
                 self._prefill_batch()
-                if self.mixed_chunk and running:
-                    # A mixed batch: decode tokens ride along, through the prefill path.
-                    self._stream_tokens(self.streaming)
+                if self.mixed_chunk and self.running:
+                    # A mixed batch: each running request gets one token, through the
+                    # prefill path (no decode pass, no decode log).
+                    self._step(lambda: 1)
+                    self._leave_finished()
             if not self.mixed_chunk:
                 return
-        if running and not prefilling:
+        if self.running and not prefilling:
             self._batch_credit += dt * self.decode_batches_per_second
-            while self._batch_credit >= 1:
+            while self._batch_credit >= 1 and self.running:
                 self._batch_credit -= 1
-                self._decode_batch(running)
-        if running == 0 and not prefilling:
-            idle_for = t - self._gauge_refreshed_at
-            if self._gauge_value != 0 and (self.features.gauge_stale_fix
-                                           or idle_for >= IDLE_REFRESH_SECONDS):
-                self._publish_gauge(0.0, t)
+                self._decode_step()
+        stale = self._gauge_value != 0 or self._gen_throughput != 0
+        if not self.running and not prefilling and stale and (
+                self.features.gauge_stale_fix or t - self._logged_at >= IDLE_REFRESH_SECONDS):
+            self._gen_throughput = 0.0
+            self._log_stats(0.0, t)
 
-    def _decode_batch(self, running: int) -> None:
-        self._decode_batches += 1
+    def _decode_step(self) -> None:
+        self.decode_steps += 1
         if self.features.decode_counter:
-            for rank in self._ranks():
-                with self._processes.acting_as(rank):
-                    self._m("cuda_graph_passes_total").labels(
-                        **self._scheduler_labels(rank), mode="decode_cuda_graph").inc()
-        self._stream_tokens(self.streaming)
-        if self._decode_batches % DECODE_LOG_INTERVAL == 0:
-            self._publish_gauge(float(running))
+            self._scheduler_inc("cuda_graph_passes_total", mode="decode_cuda_graph")
+        self._step(self._step_tokens)
+        if self.decode_steps % self.decode_log_interval == 0:
+            # log_decode_stats runs after stream_output: len(batch.reqs) still counts
+            # the requests that finished in this step.
+            now = time.perf_counter()
+            self._gen_throughput = self._tokens_since_log / max(now - self._log_tic, 1e-9)
+            self._log_tic = now
+            if self.features.decode_counter:
+                self._scheduler_inc("realtime_tokens_total", self._tokens_since_log,
+                                    mode="decode")
+            self._tokens_since_log = 0
+            self._log_stats(float(len(self.running)))
+        self._leave_finished()
+
+    def _step(self, tokens_per_request: Callable[[], int]) -> None:
+        """One step's tokens for each running request, then stream_output."""
+        sent = done = 0
+        for request in self.running:
+            tokens = tokens_per_request()
+            request.output += tokens
+            self._tokens_since_log += tokens
+            request.finished = request.finish_at is not None and self.decode_steps >= (
+                request.finish_at)
+            if (request.finished or request.stream
+                    or request.output % FORCE_STREAM_INTERVAL == 0):
+                sent += request.output - request.sent
+                request.sent = request.output
+            if request.finished:
+                done += 1
+                if not request.stream or self.features.http_counts_streams:
+                    self._http_exit(GENERATION_ROUTE)
+        self._tokenizer_receives(sent, done)
+
+    def _step_tokens(self) -> int:
+        return self._random.choice(self.speculative_tokens) if self.speculative_tokens else 1
+
+    def _leave_finished(self) -> None:
+        self.running = [r for r in self.running if not r.finished]
+
+    def _tokenizer_receives(self, tokens: int, done: int) -> None:
+        if self._at_step <= self.hang_until:  # the tokenizer is stuck: outputs queue up
+            self._queued.append((tokens, done))
+            return
+        for queued_tokens, queued_done in self._queued:
+            tokens, done = tokens + queued_tokens, done + queued_done
+        self._queued.clear()
+        with self._processes.acting_as("tokenizer"):
+            if tokens:
+                # As observe_inter_token_latency does: one bucket grows by the tokens.
+                histogram = self._m("inter_token_latency_seconds").labels(model_name=MODEL)
+                histogram._sum.inc(0.03 * tokens)
+                histogram._buckets[ITL_BUCKETS.index(0.04)].inc(tokens)
+            if done:
+                self._m("num_requests_total").labels(model_name=MODEL).inc(done)
 
     def _prefill_batch(self) -> None:
         if self.features.decode_counter:
-            for rank in self._ranks():
-                with self._processes.acting_as(rank):
-                    self._m("cuda_graph_passes_total").labels(
-                        **self._scheduler_labels(rank), mode="prefill_cuda_graph").inc()
-        self._publish_gauge(float(self.streaming + self.non_streaming))
+            self._scheduler_inc("cuda_graph_passes_total", mode="prefill_cuda_graph")
+            self._scheduler_inc("realtime_tokens_total", 8192, mode="prefill_compute")
+        self._log_stats(float(len(self.running)))
 
-    def _stream_tokens(self, tokens: int) -> None:
-        if tokens <= 0:
-            return
-        if self._at_step <= self.hang_until:  # the tokenizer is stuck: they queue up
-            self._queued_tokens += tokens
-            return
-        tokens += self._queued_tokens
-        self._queued_tokens = 0
-        with self._processes.acting_as("tokenizer"):
-            # As observe_inter_token_latency does: a bucket grows by the new tokens.
-            histogram = self._m("inter_token_latency_seconds").labels(model_name=MODEL)
-            for _ in range(tokens):
-                histogram.observe(0.03)
-
-    def _publish_gauge(self, value: float, at: float | None = None) -> None:
-        self._gauge_value = value
-        self._gauge_refreshed_at = self.clock() if at is None else at
+    def _log_stats(self, running: float, at: float | None = None) -> None:
+        """metrics_collector.log_stats: every scheduler gauge written, each rank."""
+        self._gauge_value = running
+        self._logged_at = self.clock() if at is None else at
         for rank in self._ranks():
             with self._processes.acting_as(rank):
-                self._m("num_running_reqs").labels(**self._scheduler_labels(rank)).set(value)
+                labels = self._scheduler_labels(rank)
+                self._m("num_running_reqs").labels(**labels).set(running)
+                self._m("gen_throughput").labels(**labels).set(self._gen_throughput)
+                if self.features.full_token_usage:
+                    self._m("full_token_usage").labels(**labels).set(0.5)
 
-    def _set_http_active(self, value: int) -> None:
-        self._http_active = value
+    def _scheduler_inc(self, name: str, amount: float = 1.0, **extra: str) -> None:
+        for rank in self._ranks():
+            with self._processes.acting_as(rank):
+                self._m(name).labels(**self._scheduler_labels(rank), **extra).inc(amount)
+
+    def _http_enter(self, route: str) -> None:
+        self._http_set(route, self._http.get(route, 0) + 1)
+
+    def _http_exit(self, route: str) -> None:
+        self._http_set(route, max(0, self._http.get(route, 0) - 1))
+
+    def _http_set(self, route: str, value: int) -> None:
+        self._http[route] = value
         if self.features.http_active:
             with self._processes.acting_as("tokenizer"):
-                self._m("http_requests_active").labels(
-                    endpoint="/v1/chat/completions", method="POST").set(value)
+                self._m("http_requests_active").labels(endpoint=route, method="POST"
+                                                       if route == GENERATION_ROUTE
+                                                       else "GET").set(value)
 
     def _ranks(self) -> list[str]:
         return [f"tp{rank}" for rank in range(self.tp_size)]
@@ -257,10 +360,15 @@ class ReleasePlayback:
 
     def _declare(self) -> None:
         scheduler = ["model_name", "engine_type", "tp_rank"]
+
+        def gauge(name: str, doc: str, labels: list[str] = scheduler,
+                  mode: str = "mostrecent") -> Gauge:
+            return Gauge(f"sglang:{name}", doc, labels, registry=None,
+                         multiprocess_mode=mode)
+
         self._metrics = {
-            "num_running_reqs": Gauge("sglang:num_running_reqs", "The number of running "
-                                      "requests.", scheduler, registry=None,
-                                      multiprocess_mode="mostrecent"),
+            "num_running_reqs": gauge("num_running_reqs", "The number of running requests."),
+            "gen_throughput": gauge("gen_throughput", "The generation throughput (token/s)."),
             "inter_token_latency_seconds": Histogram(
                 "sglang:inter_token_latency_seconds", "Histogram of inter-token latency in "
                 "seconds.", ["model_name"], buckets=ITL_BUCKETS, registry=None),
@@ -271,10 +379,16 @@ class ReleasePlayback:
             self._metrics["cuda_graph_passes_total"] = Counter(
                 "sglang:cuda_graph_passes", "Number of forward passes by mode.",
                 [*scheduler, "mode"], registry=None)
+            self._metrics["realtime_tokens_total"] = Counter(
+                "sglang:realtime_tokens", "Total number of tokens processed.",
+                [*scheduler, "mode"], registry=None)
         if self.features.http_active:
-            self._metrics["http_requests_active"] = Gauge(
-                "sglang:http_requests_active", "Number of active HTTP requests",
-                ["endpoint", "method"], registry=None, multiprocess_mode="livesum")
+            self._metrics["http_requests_active"] = gauge(
+                "http_requests_active", "Number of currently active HTTP requests",
+                ["endpoint", "method"], "livesum")
+        if self.features.full_token_usage:
+            self._metrics["full_token_usage"] = gauge("full_token_usage",
+                                                      "The full token usage.")
 
     def _m(self, name: str):  # noqa: ANN202 - a prometheus_client metric
         return self._metrics[name]
@@ -288,8 +402,17 @@ class ReleasePlayback:
         return generate_latest(registry)
 
     def server_info(self) -> dict[str, object]:
-        return {"version": self.version, "served_model_name": MODEL, "tp_size": self.tp_size,
-                "enable_mixed_chunk": self.mixed_chunk}
+        return {"version": self.reported_version, "served_model_name": MODEL,
+                "tp_size": self.tp_size, "enable_mixed_chunk": self.mixed_chunk,
+                "speculative_algorithm": "EAGLE" if self.speculative_tokens else None,
+                "decode_log_interval": self.decode_log_interval}
+
+    def loads(self) -> dict[str, object]:
+        """GET /v1/loads: the `core` fields (0.5.8 `entrypoints/v1_loads.py`)."""
+        running = len(self.running)
+        return {"version": self.reported_version, "dp_rank_count": 1,
+                "loads": [{"dp_rank": 0, "num_running_reqs": running, "num_waiting_reqs": 0}],
+                "aggregate": {"total_running_reqs": running}}
 
     def close(self) -> None:
         tmp = getattr(self, "_tmp", None)
@@ -298,7 +421,8 @@ class ReleasePlayback:
 
 
 class ReleaseServer:
-    """/metrics, /server_info (or /get_server_info) and /health on a loopback port.
+    """/metrics, /server_info (or /get_server_info), /v1/loads (0.5.8 on) and /health on
+    a loopback port, each counted in http_requests_active as SGLang's middleware does.
 
     While the playback hangs, /metrics waits: on a simulated clock the wait is the
     clock moving on to the hang's end (at most `patience_seconds`, the client's
@@ -318,9 +442,13 @@ class ReleaseServer:
         self.advance = advance
         self.renders = 0
         self.render_seconds = 0.0
-        app = web.Application()
+        #: Requests per path, the /v1/loads probe's among them.
+        self.requests: dict[str, int] = {}
+        app = web.Application(middlewares=[self._count])
         app.router.add_get("/metrics", self.metrics)
         app.router.add_get(playback.features.server_info_path, self.server_info)
+        if playback.features.loads_route:
+            app.router.add_get("/v1/loads", self.loads)
         app.router.add_get("/health", self.health)
         self._runner = web.AppRunner(app, access_log=None)
         self.url = ""
@@ -335,6 +463,15 @@ class ReleaseServer:
 
     async def stop(self) -> None:
         await self._runner.cleanup()
+
+    @web.middleware
+    async def _count(self, request: web.Request, handler):  # noqa: ANN001, ANN202
+        self.requests[request.path] = self.requests.get(request.path, 0) + 1
+        self.playback._http_enter(request.path)
+        try:
+            return await handler(request)
+        finally:
+            self.playback._http_exit(request.path)
 
     async def metrics(self, request: web.Request) -> web.StreamResponse:
         waiting = self.playback.hang_until - self.playback.clock()
@@ -356,6 +493,9 @@ class ReleaseServer:
 
     async def server_info(self, request: web.Request) -> web.Response:
         return web.json_response(self.playback.server_info())
+
+    async def loads(self, request: web.Request) -> web.Response:
+        return web.json_response(self.playback.loads())
 
     async def health(self, request: web.Request) -> web.Response:
         return web.Response(text="")

@@ -44,15 +44,16 @@ class CounterReader(Protocol):
         """The counters now; raises SourceError when the engine cannot be read."""
         ...
 
-    def resolution_seconds(self) -> float:
-        """The poll interval in force."""
+    def resolution_seconds(self, standing_still: bool = False) -> float:
+        """The poll interval in force; `standing_still`: no token has moved since
+        the last poll while requests are in flight."""
         ...
 
     def close(self) -> None: ...
 
 
 def counters_from(samples: dict[str, list[Sample]]) -> Counters:
-    """Counters from samples keyed by unprefixed sample name (see `_SAMPLE_NAMES`)."""
+    """Counters from samples keyed by unprefixed sample name (see `_FAMILIES`)."""
 
     def total(name: str, keep: Callable[[Sample], bool] = lambda s: True) -> float | None:
         chosen = [s for s in samples.get(name, ()) if keep(s)]
@@ -67,17 +68,25 @@ def counters_from(samples: dict[str, list[Sample]]) -> Counters:
                           lambda s: GENERATION_ENDPOINTS.fullmatch(
                               s.labels.get("endpoint", "")) is not None),
         finished=total("num_requests_total"),
+        gen_throughput=total("gen_throughput"),
+        families=frozenset(_FAMILY_OF[name] for name, found in samples.items()
+                           if found and name in _FAMILY_OF),
     )
 
 
-# family name on the TYPE line -> the sample names the tracker takes from it
+# family name on the TYPE line -> the sample names the tracker takes from it; the
+# last three are evidence of the release's features (evidence.FAMILY_FLOORS).
 _FAMILIES = {
     "cuda_graph_passes_total": ("cuda_graph_passes_total",),
     "inter_token_latency_seconds": ("inter_token_latency_seconds_count",),
     "num_running_reqs": ("num_running_reqs",),
     "http_requests_active": ("http_requests_active",),
     "num_requests_total": ("num_requests_total",),
+    "gen_throughput": ("gen_throughput",),
+    "realtime_tokens_total": ("realtime_tokens_total",),
+    "full_token_usage": ("full_token_usage",),
 }
+_FAMILY_OF = {sample: family for family, names in _FAMILIES.items() for sample in names}
 
 
 def _unprefixed(name: str) -> str | None:
@@ -177,8 +186,11 @@ class MetricsReader:
                     samples[sample_name].append(sample)
         return counters_from(samples)
 
-    def resolution_seconds(self) -> float:
-        return self.pacer.interval_seconds()
+    def resolution_seconds(self, standing_still: bool = False) -> float:
+        # While decode stands still no token is waiting to be delivered, so a render
+        # delays none: poll at the floor, and the stall's end is known that closely
+        # (docs/stall-tracker.md#honest-bounds).
+        return self.pacer.floor_seconds if standing_still else self.pacer.interval_seconds()
 
     def close(self) -> None:
         pass
@@ -190,9 +202,10 @@ class MultiprocReader:
     add up over processes, `mostrecent` gauges keep the newest write, `livesum`
     gauges add up."""
 
-    _SAMPLE_NAMES = frozenset(prefix + name for prefix in PREFIXES for name in (
-        "cuda_graph_passes_total", "inter_token_latency_seconds_bucket", "num_running_reqs",
-        "http_requests_active", "num_requests_total"))
+    # The files hold a histogram's buckets; merge_files adds them up into its _count.
+    _SAMPLE_NAMES = frozenset(
+        prefix + (name[:-len("_count")] + "_bucket" if name.endswith("_count") else name)
+        for prefix in PREFIXES for name in _FAMILY_OF)
 
     def __init__(self, metrics_dir: str, interval_seconds: float) -> None:
         self.how = f"SGLang's multiprocess files in {metrics_dir}"
@@ -206,7 +219,7 @@ class MultiprocReader:
             raise SourceError(f"{self.files.path}: {exc.strerror or exc}") from exc
         return counters_from(merge_files(found))
 
-    def resolution_seconds(self) -> float:
+    def resolution_seconds(self, standing_still: bool = False) -> float:
         return self.interval_seconds
 
     def close(self) -> None:

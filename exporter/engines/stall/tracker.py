@@ -1,13 +1,16 @@
 """The decode stall tracker: is decode moving while requests are in flight?
 
-What counts as decode progress and as requests in flight depends on the SGLang
-release (`stall_signals.py`); where the counters come from depends on the reader
-(`stall_readers.py`). While requests are in flight and progress stands still, a stall
-is under way. Not stalls: progress that goes down (the engine restarted), an engine
+What counts as decode progress and as requests in flight is the plan's
+(`plans.py`, chosen by `planner.py`); where the counters come from is the reader's
+(`readers.py`). While requests are in flight and progress stands still, a stall is
+under way. Not stalls: progress that goes down (the engine restarted), an engine
 that does not answer (rig_source_up says that), and an engine with nothing in flight.
 
-A stall is measured from the last poll that saw progress to the last poll that saw
-none, so the error is within one poll interval (the resolution) either way.
+A stall is known only between polls (docs/stall-tracker.md#honest-bounds). Its lower
+bound runs from the last poll that saw progress to the last poll that saw none; its
+upper bound from the poll before that progress to the poll that saw the stall over
+(decode moving, nothing in flight, or no answer). Both are exported; the alerts
+judge their midpoint.
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
-from exporter.engines.stall.plans import ProgressView, SignalPlan
+from exporter.engines.stall.planner import Planner
 from exporter.engines.stall.readers import CounterReader
 from exporter.log_limits import Conditions
 from exporter.snapshot import SourceError
@@ -28,7 +31,7 @@ from exporter.thresholds import Thresholds
 log = logging.getLogger(__name__)
 
 #: Shorter standstills are decode's own cadence (a mixed-chunk batch every 0.5 s, a
-#: slow token rate), not stalls; the alerts start at 2 s (stutter) and 10 s.
+#: slow token rate), not stalls: the alerts start at 2 s (stutter) and 10 s.
 MIN_STALL_SECONDS = 1.0
 
 
@@ -37,8 +40,16 @@ class StallState:
     current_seconds: float
     max_recent_seconds: float
     total_seconds: float
+    #: The upper bounds of the stall under way and of the longest one in the window.
+    current_upper_seconds: float
+    max_recent_upper_seconds: float
     #: How far `max_recent_seconds` looks back.
     window_seconds: float = Thresholds.decode_stall_window_seconds
+
+    @property
+    def longest_estimate_seconds(self) -> float:
+        """The middle of the longest stall's bounds: what the alerts judge."""
+        return (self.max_recent_seconds + self.max_recent_upper_seconds) / 2
 
 
 class DecodeStallTracker:
@@ -49,71 +60,93 @@ class DecodeStallTracker:
         self.window_seconds = window_seconds
         self.min_stall_seconds = min_stall_seconds
         self._counter: float | None = None  # None: no baseline (start, or after a gap)
-        self._moved_at = 0.0  # the last poll at which decode was known not to be stalled
+        # Decode last moved in (_moved_after, _moved_at]: the stall began in there.
+        self._moved_after = 0.0
+        self._moved_at = 0.0
         self._stalled_to: float | None = None  # the last poll of the stall under way
         self._last_seen = 0.0
-        # Finished stalls as (ended at, seconds); bounded, and a window rarely holds many.
-        self._finished: deque[tuple[float, float]] = deque(maxlen=history)
+        self._in_flight = False
+        # Finished stalls as (ended at, lower, upper); bounded, a window rarely holds many.
+        self._finished: deque[tuple[float, float, float]] = deque(maxlen=history)
         self._finished_seconds = 0.0
+
+    @property
+    def standing_still(self) -> bool:
+        """The last poll saw requests in flight and no progress."""
+        return self._stalled_to is not None and self._stalled_to == self._last_seen
 
     def observe(self, now: float, progress: float, running: float) -> None:
         """One successful poll: the decode-progress counter and the running requests."""
         counter, self._counter = self._counter, progress
         if counter is None or progress < counter or running <= 0:
-            # A fresh baseline, a restart (counter reset) or an idle engine: not a stall.
-            self._finish(self._last_seen)
-            self._moved_at = now
-        elif progress > counter:
-            self._finish(self._last_seen)
-            self._moved_at = now
+            # A fresh baseline, a restart (counter reset) or an idle engine: not a stall,
+            # and one measured from here on.
+            self._finish(now)
+            self._moved_after = self._moved_at = now
+        elif progress > counter or not self._in_flight:
+            # Decode moved since the last poll, or requests came in flight since it.
+            self._finish(now)
+            self._moved_after, self._moved_at = self._last_seen, now
         else:
             self._stalled_to = now
+        self._in_flight = running > 0
         self._last_seen = now
 
     def observe_unreachable(self, now: float) -> None:
         """A failed poll: whatever was under way ends at the last poll that answered."""
-        self._finish(self._last_seen)
+        self._finish(now)
         self._counter = None
+        self._in_flight = False
         self._last_seen = now
 
+    def recent(self, now: float) -> list[tuple[float, float, float]]:
+        """The stalls that ended within the window: (ended at, lower, upper bound)."""
+        return [stall for stall in self._finished if stall[0] >= now - self.window_seconds]
+
     def state(self, now: float) -> StallState:
-        current = self._current()
-        recent = [seconds for ended, seconds in self._finished
-                  if ended >= now - self.window_seconds]
-        return StallState(current, max([current, *recent]), self._finished_seconds + current,
-                          self.window_seconds)
+        lower, upper = self._current()
+        recent = [(low, high) for _, low, high in self.recent(now)]
+        return StallState(lower, max([lower, *(low for low, _ in recent)]),
+                          self._finished_seconds + lower, upper,
+                          max([upper, *(high for _, high in recent)]), self.window_seconds)
 
-    def _current(self) -> float:
+    def _current(self, until: float | None = None) -> tuple[float, float]:
+        """The stall under way's bounds; `until`: the poll that ended it."""
         if self._stalled_to is None:
-            return 0.0
-        seconds = self._stalled_to - self._moved_at
-        return seconds if seconds >= self.min_stall_seconds else 0.0
+            return 0.0, 0.0
+        lower = self._stalled_to - self._moved_at
+        if lower < self.min_stall_seconds:
+            return 0.0, 0.0
+        return lower, (self._stalled_to if until is None else until) - self._moved_after
 
-    def _finish(self, ended_at: float) -> None:
-        seconds = self._current()
-        if seconds > 0:
-            self._finished.append((ended_at, seconds))
-            self._finished_seconds += seconds
+    def _finish(self, ended_by: float) -> None:
+        """End the stall under way: `ended_by` is the poll that saw it over."""
+        lower, upper = self._current(ended_by)
+        if lower > 0:
+            self._finished.append((self._last_seen, lower, upper))
+            self._finished_seconds += lower
         self._stalled_to = None
 
 
 class StallPoller:
     """The background task that feeds a DecodeStallTracker from a CounterReader.
 
-    The reader (multiprocess files or /metrics under a budget) and the release's
-    signal plan are chosen once at start; this loop only asks, interprets and
-    observes. An observation is stamped when its answer arrives, since that is when
-    the counters were read: stamping the ask instead turned the time a poll waited on
-    a hung engine into a false stall on recovery (docs/stall-tracker.md#the-state-machine).
+    The reader (multiprocess files or /metrics under a budget) is chosen once at
+    start; the planner chooses the signals and may change them as evidence arrives.
+    This loop only asks, interprets and observes. An observation is stamped when its
+    answer arrives, since that is when the counters were read: stamping the ask
+    instead turned the time a poll waited on a hung engine into a false stall on
+    recovery (docs/stall-tracker.md#the-state-machine). While decode stands still the
+    reader is asked at its floor, so that the stall's end is known closely.
     """
 
-    def __init__(self, reader: CounterReader, plan: SignalPlan,
+    def __init__(self, reader: CounterReader, planner: Planner,
                  clock: Callable[[], float] = time.monotonic,
                  timeout_seconds: float = 2.0,
                  sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
                  window_seconds: float = Thresholds.decode_stall_window_seconds) -> None:
         self.reader = reader
-        self.view = ProgressView(plan)
+        self.planner = planner
         self.clock = clock
         self.sleep = sleep
         # A poll slower than this is an engine that does not answer, not a stall.
@@ -121,11 +154,12 @@ class StallPoller:
         self.tracker = DecodeStallTracker(window_seconds)
         self._conditions = Conditions(log, level=logging.ERROR)
 
-    def state(self) -> StallState:
-        return self.tracker.state(self.clock())
+    def state(self) -> StallState | None:
+        """None while no plan can be trusted: the stall series stay absent."""
+        return None if self.planner.plan is None else self.tracker.state(self.clock())
 
     def resolution_seconds(self) -> float:
-        return self.reader.resolution_seconds()
+        return self.reader.resolution_seconds(self.tracker.standing_still)
 
     async def poll_once(self) -> None:
         asked = self.clock()
@@ -143,8 +177,9 @@ class StallPoller:
             # A slow answer is a body of unknown age within the wait: it may start a
             # baseline but must not measure a stall.
             self.tracker.observe_unreachable(asked)
-        progress = self.view.progress(counters)
-        self.tracker.observe(now, progress.decode, progress.in_flight)
+        progress = self.planner.progress(counters, now)
+        if progress is not None:
+            self.tracker.observe(now, progress.decode, progress.in_flight)
 
     async def run(self) -> None:
         next_poll = self.clock()
@@ -158,7 +193,7 @@ class StallPoller:
                 self.tracker.observe_unreachable(self.clock())
             else:
                 self._conditions.ok("stall tracker poll")
-            next_poll += self.reader.resolution_seconds()
+            next_poll += self.resolution_seconds()
             delay = next_poll - self.clock()
             if delay < 0:  # fell behind (a slow poll): keep the cadence, skip the backlog
                 next_poll, delay = self.clock(), 0.0

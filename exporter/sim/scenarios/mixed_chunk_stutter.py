@@ -7,7 +7,7 @@ at 65 % and re-prefill, so on a busy rig such prefills come often: here one a
 minute for eight minutes, each pausing decode for 3.997 s.
 
 Must raise: RigDecodeStuttering (warning): stalls of 2-10 s in three or more
-separate minutes of the last ten, held for the rule's 60 s `for`.
+separate minutes of the last ten (the rule holds nothing on top).
 Must not raise: RigDecodeStarvation (no stall reaches 10 s), RigEngineWedged,
 RigQueueHeadOfLine.
 """

@@ -8,8 +8,8 @@ was 47.23 s and B's time to first token 49.43 s. Here A decodes alone from
 running, and B's first token comes at 109.43 s, after which both decode.
 
 Must raise: RigDecodeStarvation (critical): the stall tracker's
-longest stall in the last 60 s reaches 10 s at 70 s and holds past the rule's
-30 s `for` while the stall goes on.
+longest stall in the last 60 s reaches 10 s at 70 s, and the rule fires at the
+next evaluation, while the stall goes on.
 Must not raise: RigDecodeStuttering (one stall over 10 s is starvation, not the
 2-10 s stutter), RigEngineWedged (either signal) and RigQueueHeadOfLine (a
 request keeps running, nothing waits in the queue),
