@@ -35,9 +35,6 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-#: The endpoints that stream tokens (SGLang's native and OpenAI-compatible APIs).
-GENERATION_ENDPOINTS = re.compile(r"/generate|/v1/chat/completions|/v1/completions")
-
 
 @dataclass(frozen=True)
 class Counters:
