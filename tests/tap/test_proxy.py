@@ -78,7 +78,7 @@ def test_bytes_identical_and_gaps_measured(shape):
     head, frames = stream_bytes(script)
     assert status == 200 and body == head + b"".join(frames)
     assert headers["X-Engine"] == "stand-in" and headers["Content-Type"] == "text/event-stream"
-    assert reading.requests == {"ok": 1, "error": 0, "client_closed": 0}
+    assert reading.requests == {"ok": 1, "error": 0, "client_closed": 0, "untimed": 0}
     # Against what the engine did (its sleeps overshoot under load), within 50 ms.
     arrived, *written = standin.timelines[0]
     sent_gaps = [b - a for a, b in zip(written, written[1:], strict=False)]
@@ -138,7 +138,7 @@ def test_client_disconnect_aborts_upstream_at_once():
     standin, closed_at, reading = asyncio.run(scenario())
     assert len(standin.aborted_at) == 1 and standin.finished == 0
     assert standin.aborted_at[0] - closed_at < 1.0
-    assert reading.requests == {"ok": 0, "error": 0, "client_closed": 1}
+    assert reading.requests == {"ok": 0, "error": 0, "client_closed": 1, "untimed": 0}
     assert reading.active == 0
 
 
@@ -197,7 +197,7 @@ def test_non_streaming_and_other_paths_pass_through():
     assert echo["body_sha256"] == hashlib.sha256(big).hexdigest()
     assert missing[0] == 404 and missing[1]["raw_path"] == "/echo/q?status=404"
     # Nothing streamed: nothing counted.
-    assert reading.requests == {"ok": 0, "error": 0, "client_closed": 0}
+    assert reading.requests == {"ok": 0, "error": 0, "client_closed": 0, "untimed": 0}
 
 
 def test_error_frame_counts_as_error():
@@ -215,7 +215,7 @@ def test_error_frame_counts_as_error():
 
     body, reading = asyncio.run(scenario())
     assert b"KV pool exhausted" in body
-    assert reading.requests == {"ok": 0, "error": 1, "client_closed": 0}
+    assert reading.requests == {"ok": 0, "error": 1, "client_closed": 0, "untimed": 0}
 
 
 def test_upstream_down_gives_502_with_one_line_reason():
@@ -255,7 +255,7 @@ def test_upstream_breaking_mid_stream_ends_the_client_stream_with_an_error():
             return await tap.read()
 
     reading = asyncio.run(scenario())
-    assert reading.requests == {"ok": 0, "error": 1, "client_closed": 0}
+    assert reading.requests == {"ok": 0, "error": 1, "client_closed": 0, "untimed": 0}
     assert reading.active == 0
 
 
@@ -320,7 +320,7 @@ def test_frames_cut_anywhere_pass_whole_and_are_timed_when_complete():
     # a and b came in one write (gap ~0), c ended with the third, big with the fourth.
     assert reading.gap_buckets[-1] == ("+Inf", 3.0)
     assert reading.gap_sum == pytest.approx(written[4] - written[2], abs=0.15)
-    assert reading.requests == {"ok": 1, "error": 0, "client_closed": 0}
+    assert reading.requests == {"ok": 1, "error": 0, "client_closed": 0, "untimed": 0}
 
 
 def test_a_client_that_stops_reading_stops_the_engine():
