@@ -26,7 +26,8 @@ speculative decoding one frame carries several).
 
 The tap meets every frame of every stream, so the common ones are told from their
 bytes, without decoding the JSON: an OpenAI chunk with text and nothing else the
-meter reads (`_is_text_chunk`), and the meta_info of a native frame (`_tail_meta_info`).
+meter reads (`_is_text_chunk`), an Anthropic or Responses delta with text
+(`_is_event_delta`), and the meta_info of a native frame (`_tail_meta_info`).
 Everything else is decoded whole.
 """
 
@@ -60,6 +61,13 @@ _CHOICES = re.compile(rb'"choices"\s*:\s*\[')
 # on every chunk (pydantic model_dump_json, protocol.py ChatCompletionStreamResponse).
 _MORE = re.compile(rb'"(?:usage|error|meta_info)"')
 _USAGE_NULL = re.compile(rb'"usage"\s*:\s*null\s*[,}]')
+# The typed events' deltas: the event's type, then what says it carries text (an
+# Anthropic token delta's own type, a Responses delta's non-empty string). Any key
+# beyond them sends the event to the whole decode.
+_EVENT_DELTA = re.compile(rb'"type"\s*:\s*"(content_block_delta|response\.[a-z_.]+\.delta)"')
+_ANTHROPIC_TEXT = re.compile(rb'"type"\s*:\s*"(?:text|thinking|input_json)_delta"')
+_RESPONSES_TEXT = re.compile(rb'"delta"\s*:\s*"[^"]')
+_EVENT_MORE = re.compile(rb'"(?:usage|error|meta_info|choices|response)"')
 
 
 @dataclass(frozen=True)
@@ -89,7 +97,7 @@ def parse_frame(payload: bytes) -> Frame:
     """Read one payload; anything that is not one of the shapes above is `recognised=False`."""
     if payload == DONE:
         return _DONE_FRAME
-    if _is_text_chunk(payload):
+    if _is_text_chunk(payload) or _is_event_delta(payload):
         return _TEXT_CHUNK
     # A small frame may be an error frame; a large one is a native frame whose text
     # may say "error" (an error frame is one short line).
@@ -140,6 +148,18 @@ def _is_text_chunk(payload: bytes) -> bool:
     if _CHOICES.search(payload) is None:
         return False
     text = _DELTA_TEXT if b'"delta"' in payload else _CHOICE_TEXT
+    return text.search(payload) is not None
+
+
+def _is_event_delta(payload: bytes) -> bool:
+    """An Anthropic `content_block_delta` or a Responses `response.*.delta` that carries
+    text and nothing else: what the full decode reads as `Frame(content=True)`."""
+    if payload[:1] != b"{" or payload[-1:] != b"}" or _EVENT_MORE.search(payload):
+        return False
+    kind = _EVENT_DELTA.search(payload)
+    if kind is None:
+        return False
+    text = _ANTHROPIC_TEXT if kind.group(1) == b"content_block_delta" else _RESPONSES_TEXT
     return text.search(payload) is not None
 
 

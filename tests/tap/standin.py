@@ -192,7 +192,7 @@ class StandIn:
     timelines: list[list[float]] = field(default_factory=list)
 
     async def start(self) -> str:
-        app = web.Application()
+        app = web.Application(client_max_size=64 * 1024 * 1024)  # a 196K-token prompt fits
         for path in PATHS.values():
             app.router.add_post(path, self.generate)
         app.router.add_get("/v1/models", self.models)

@@ -357,3 +357,39 @@ def test_a_client_that_stops_reading_stops_the_engine():
     assert stalled >= 0.5
     # What sits in the loopback sockets' buffers and aiohttp's: tens of MiB at most.
     assert engine_wrote < total // 4, engine_wrote
+
+
+def test_curl_keeps_its_connection_and_gets_100_continue_for_a_large_body(tmp_path):
+    """Two streams and a 2 MB upload sent with `Expect: 100-continue`, in one curl run:
+    curl reuses its connection to the tap for each, the tap answers 100 Continue, and
+    every byte arrives."""
+    import subprocess
+
+    big = os.urandom(2_000_000)
+    upload = tmp_path / "body.bin"
+    upload.write_bytes(big)
+    script = Script(shape="chat", gaps_seconds=(0.01,) * 3)
+
+    async def scenario():
+        async with tap_before(StandIn(script)) as (tap, url):
+            body = json.dumps({"model": "qwen", "stream": True, "messages": []})
+            curl = await asyncio.create_subprocess_exec(
+                "curl", "-sv", "-N",
+                "-H", "Content-Type: application/json", "-d", body, url + PATHS["chat"],
+                "--next", "-H", "Content-Type: application/json", "-d", body,
+                url + PATHS["chat"],
+                "--next", "-H", "Expect: 100-continue", "-X", "PUT",
+                "--data-binary", f"@{upload}", url + "/echo/up",
+                stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+            out, err = await curl.communicate()
+            return out, err.decode(), await tap.read()
+
+    out, log, reading = asyncio.run(scenario())
+    head, frames = stream_bytes(script, {"stream": True})
+    stream = head + b"".join(frames)
+    assert out.startswith(stream + stream)
+    echo = json.loads(out[2 * len(stream):])
+    assert echo["body_sha256"] == hashlib.sha256(big).hexdigest()
+    assert log.count("Re-using existing connection") == 2, log
+    assert "HTTP/1.1 100 Continue" in log
+    assert reading.requests["ok"] == 2 and reading.active == 0
