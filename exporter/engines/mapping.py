@@ -130,10 +130,10 @@ SGLANG = EngineTable(
         Rule("inter_token_latency_seconds", "histogram",
              (Upstream("inter_token_latency_seconds"),
               Upstream("time_per_output_token_seconds"))),
-        # Speculative decoding, per decode log interval (docs/facts/sglang.md#speculative-
-        # decoding): both gauges read 0 with it off and before the first decode log,
-        # while a measured acceptance length is at least 1 (the bonus token), so a 0
-        # length is no reading and neither is the rate beside it.
+        # Speculative decoding, per decode log interval
+        # (docs/facts/sglang.md#speculative-decoding): both gauges read 0 with it off and
+        # before the first decode log, while a measured acceptance length is at least 1
+        # (the bonus token), so a 0 length is no reading and neither is the rate beside it.
         Rule("spec_accept_length", "gauge", _one("spec_accept_length"), combine="max",
              reading_if_positive="spec_accept_length"),
         Rule("spec_accept_ratio", "gauge", _one("spec_accept_rate"), combine="max",
