@@ -14,15 +14,19 @@ a decode step of speculative decoding does.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import json
 import time
 import zlib
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 
 from aiohttp import web
 
+from exporter.config import EngineConfig
 from exporter.launch import free_port
+from exporter.tap.source import TapSource
 
 MODEL = "qwen"
 #: Bytes of prompt the stand-in takes; longer is "longer than the context" (400).
@@ -268,3 +272,19 @@ class StandIn:
             "body_sha256": hashlib.sha256(body).hexdigest(), "body_length": len(body),
             "upstream": f"127.0.0.1:{self.port}",
         }, status=int(request.query.get("status", 200)))
+
+
+@contextlib.asynccontextmanager
+async def tap_before(standin: StandIn | None) -> AsyncIterator[tuple[TapSource, str]]:
+    """A tap (engine `main`) in front of the stand-in, or of a port where nothing
+    listens (None); yields the tap and its URL."""
+    url = await standin.start() if standin else f"http://127.0.0.1:{free_port()}"
+    address = f"127.0.0.1:{free_port()}"
+    tap = TapSource(EngineConfig(name="main", url=url, tap_listen_address=address))
+    await tap.start()
+    try:
+        yield tap, f"http://{address}"
+    finally:
+        await tap.close()
+        if standin:
+            await standin.stop()

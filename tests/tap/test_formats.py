@@ -6,41 +6,29 @@ requests (docs/tap.md#what-it-measures)."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import logging
 import subprocess
 import time
-from collections.abc import AsyncIterator
 
 import httpx
 import openai
 import pytest
 
-from exporter.config import EngineConfig
-from exporter.launch import free_port
-from exporter.tap.source import TapSource
 from exporter.tap.state import TapReading
-from tests.tap.standin import CONTEXT_BYTES, MODEL, PATHS, Script, StandIn, stream_bytes
+from tests.tap.standin import (
+    CONTEXT_BYTES,
+    MODEL,
+    PATHS,
+    Script,
+    StandIn,
+    stream_bytes,
+    tap_before,
+)
 
 # MTP=3: a decode step accepts up to four tokens; three a frame here.
 MTP_SCRIPT = Script(shape="chat", first_token_seconds=0.05, gaps_seconds=(0.02,) * 9,
                     tokens_per_frame=3, usage="asked")
-
-
-@contextlib.asynccontextmanager
-async def tap_before(standin: StandIn | None) -> AsyncIterator[tuple[TapSource, str]]:
-    """A tap in front of the stand-in, or of a port where nothing listens (None)."""
-    url = await standin.start() if standin else f"http://127.0.0.1:{free_port()}"
-    address = f"127.0.0.1:{free_port()}"
-    tap = TapSource(EngineConfig(name="main", url=url, tap_listen_address=address))
-    await tap.start()
-    try:
-        yield tap, f"http://{address}"
-    finally:
-        await tap.close()
-        if standin:
-            await standin.stop()
 
 
 def client(tap_url: str, **options: object) -> openai.AsyncOpenAI:

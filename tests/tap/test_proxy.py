@@ -17,24 +17,10 @@ from aiohttp import web
 from exporter.config import EngineConfig
 from exporter.launch import free_port
 from exporter.tap.source import TapSource
-from tests.tap.standin import Script, StandIn, stream_bytes
+from tests.tap.standin import PATHS, Script, StandIn, stream_bytes, tap_before
 
 GAPS = (0.05, 0.3, 0.1, 0.6, 0.02, 0.02)
 SCRIPT = Script(first_token_seconds=0.2, gaps_seconds=GAPS)
-PATHS = {"native": "/generate", "chat": "/v1/chat/completions", "completions": "/v1/completions"}
-
-
-@contextlib.asynccontextmanager
-async def tap_before(standin: StandIn) -> AsyncIterator[tuple[TapSource, str]]:
-    url = await standin.start()
-    address = f"127.0.0.1:{free_port()}"
-    tap = TapSource(EngineConfig(name="main", url=url, tap_listen_address=address))
-    await tap.start()
-    try:
-        yield tap, f"http://{address}"
-    finally:
-        await tap.close()
-        await standin.stop()
 
 
 @contextlib.asynccontextmanager
@@ -220,16 +206,9 @@ def test_error_frame_counts_as_error():
 
 def test_upstream_down_gives_502_with_one_line_reason():
     async def scenario():
-        address = f"127.0.0.1:{free_port()}"
-        dead = f"http://127.0.0.1:{free_port()}"
-        tap = TapSource(EngineConfig(name="main", url=dead, tap_listen_address=address))
-        await tap.start()
-        try:
-            async with aiohttp.ClientSession() as session, \
-                    session.post(f"http://{address}/generate", json={"stream": True}) as r:
-                return r.status, await r.text(), await tap.read()
-        finally:
-            await tap.close()
+        async with tap_before(None) as (tap, url), aiohttp.ClientSession() as session, \
+                session.post(f"{url}/generate", json={"stream": True}) as r:
+            return r.status, await r.text(), await tap.read()
 
     status, text, reading = asyncio.run(scenario())
     assert status == 502
