@@ -29,7 +29,7 @@ from alerts.rules.gpu import gpu_alerts
 from alerts.rules.hicache import hicache_alerts
 from alerts.rules.host import host_alerts
 from alerts.rules.recording import recording_rules
-from alerts.timescale import scaled_rule, scaled_thresholds
+from alerts.timescale import scaled_alert, scaled_rule, scaled_thresholds
 from exporter.checkout import in_checkout
 from exporter.thresholds import Thresholds, thresholds_from_config
 
@@ -41,20 +41,25 @@ HEADER = (
 )
 
 
+ALERT_GROUPS = (
+    ("rig-engine", engine_alerts),
+    ("rig-hicache", hicache_alerts),
+    ("rig-gpu", gpu_alerts),
+    ("rig-host", host_alerts),
+)
+
+
 def build(t: Thresholds, time_scale: float = 1.0,
           stall_scale: float | None = None) -> dict[str, Any]:
-    if time_scale != 1.0 or stall_scale is not None:
-        t = scaled_thresholds(t, time_scale, stall_scale)
-    groups = [("rig-recording", recording_rules(t))]
-    for group, alerts in (
-        ("rig-engine", engine_alerts(t)),
-        ("rig-hicache", hicache_alerts(t)),
-        ("rig-gpu", gpu_alerts(t)),
-        ("rig-host", host_alerts(t)),
-    ):
-        groups.append((group, [a.rule() for a in alerts]))
-    if time_scale != 1.0:
-        groups = [(name, [scaled_rule(r, time_scale) for r in rules]) for name, rules in groups]
+    if time_scale == 1.0 and stall_scale is None:
+        groups = [("rig-recording", recording_rules(t))]
+        groups += [(group, [a.rule() for a in alerts(t)]) for group, alerts in ALERT_GROUPS]
+    else:  # a time-scaled copy (alerts/timescale.py)
+        fast = scaled_thresholds(t, time_scale, stall_scale)
+        groups = [("rig-recording", [scaled_rule(r, time_scale) for r in recording_rules(fast)])]
+        groups += [(group, [scaled_alert(a, plain, time_scale, stall_scale)
+                            for a, plain in zip(alerts(fast), alerts(t), strict=True)])
+                   for group, alerts in ALERT_GROUPS]
     return {"groups": [{"name": name, "rules": rules} for name, rules in groups]}
 
 

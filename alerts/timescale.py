@@ -7,7 +7,13 @@ against are divided by F; every per-second rate threshold is multiplied by F;
 counts, ratios, temperatures and token counts are unchanged. The copy is generated
 from the same `Thresholds` as the committed rules: the holds and windows that come
 from thresholds are scaled where they land in the rule (its `for` and its ranges),
-so each is scaled once. Annotations keep the unscaled durations.
+so each is scaled once.
+
+Its notifications read as the rig's own would: the annotations are the committed
+rules' (unscaled thresholds and durations), and an alert whose value is a stall
+length or a per-second rate (`Alert.value_kind`) has its expression's result
+brought back to the rig's time, so that a 47 s stall pages as about 47 s and not
+as the 23.6 s it lasted at a stall scale of 2.
 
 Scaled in the rules only: the look-back of the exporter's longest-stall gauge
 (decode_stall_window_seconds), where it lands in their ranges. An exporter judged
@@ -25,7 +31,7 @@ import dataclasses
 import re
 from typing import Any
 
-from alerts.rules.common import dur
+from alerts.rules.common import PER_SECOND, STALL_LENGTH, Alert, dur, num
 from exporter.thresholds import Thresholds
 
 _UNIT_SECONDS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400}
@@ -68,7 +74,24 @@ def scaled_thresholds(t: Thresholds, factor: float,
     return dataclasses.replace(t, **changes)
 
 
+def scaled_alert(fast: Alert, plain: Alert, factor: float,
+                 stall_factor: float | None = None) -> dict[str, Any]:
+    """The rule of `fast` (an alert made from `scaled_thresholds`) with the
+    annotations of `plain` (the same alert from the unscaled thresholds) and its
+    value in the rig's time."""
+    rule = fast.rule()
+    rule["annotations"] = plain.rule()["annotations"]
+    rule = scaled_rule(rule, factor)
+    if fast.value_kind == STALL_LENGTH and (stall_factor or factor) != 1.0:
+        rule["expr"] = f"(\n{rule['expr']}) * {num(stall_factor or factor)}\n"
+    elif fast.value_kind == PER_SECOND and factor != 1.0:
+        rule["expr"] = f"(\n{rule['expr']}) / {num(factor)}\n"
+    return rule
+
+
 def scaled_rule(rule: dict[str, Any], factor: float) -> dict[str, Any]:
+    if factor == 1.0:
+        return rule
     rule = dict(rule, expr=scaled_expr(rule["expr"], factor))
     if "for" in rule:
         rule["for"] = scaled_duration(rule["for"], factor)

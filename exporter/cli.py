@@ -1,7 +1,8 @@
 """`rig-exporter`: Prometheus-style flags over the TOML config, then serve.
 
 Precedence: built-in defaults < `--config.file` < flags. A bad value prints one
-line naming the key and exits 2, never a traceback.
+line naming the key and exits 2, never a traceback; how it ends otherwise is in
+EXIT_CODES (`exporter.command_line`).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from exporter import __version__
+from exporter.command_line import EXIT_INTERRUPTED, OneLineErrors, run_guarded
 from exporter.config import (
     GPU_BACKENDS,
     GPU_CARD_SELECTIONS,
@@ -70,6 +72,12 @@ FLAGS = (
     Flag("--log.level", "log", "level", " | ".join(LOG_LEVELS)),
 )
 COLLECTOR_SWITCHES = {"gpu": "gpu", "host": "host"}
+EXIT_CANNOT_LISTEN, EXIT_BAD_CONFIG = 1, 2
+EXIT_CODES = f"""exit status:
+  0  stopped by SIGTERM or Ctrl-C once serving
+  {EXIT_CANNOT_LISTEN}  cannot listen on --web.listen-address
+  {EXIT_BAD_CONFIG}  a bad flag, config file or config value (one line names it)
+  {EXIT_INTERRUPTED}  Ctrl-C before it was serving, after one line on stderr"""
 
 
 def shown(value: object) -> str:
@@ -82,9 +90,10 @@ def shown(value: object) -> str:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = OneLineErrors(
         prog="rig-exporter",
         description="Prometheus exporter for an LLM inference rig (engines, AMD GPUs, host).",
+        epilog=EXIT_CODES, formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--config.file", dest="config_file", metavar="PATH",
                         help="TOML config file (see docs/configuration.md)")
@@ -178,11 +187,15 @@ def _scalar(text: str) -> Any:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    return run_guarded("rig-exporter", lambda out: run(args))
+
+
+def run(args: argparse.Namespace) -> int:
     try:
         config = config_from_args(args)
     except ConfigError as exc:
         print(f"rig-exporter: {exc}", file=sys.stderr)
-        return 2
+        return EXIT_BAD_CONFIG
     logging.basicConfig(
         level=config.log_level.upper(),
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
@@ -194,13 +207,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         security = load_web_security(config.web.config_file)
     except ConfigError as exc:
         print(f"rig-exporter: {exc}", file=sys.stderr)
-        return 2
+        return EXIT_BAD_CONFIG
     try:
         serve(config, security, reload=lambda: config_from_args(args))
     except OSError as exc:
         print(f"rig-exporter: cannot listen on {config.web.listen_address}: {exc}",
               file=sys.stderr)
-        return 1
+        return EXIT_CANNOT_LISTEN
     return 0
 
 

@@ -12,6 +12,8 @@ import asyncio
 import contextlib
 import logging
 import time
+from collections.abc import Callable, Hashable, Mapping
+from dataclasses import replace
 from typing import Protocol, runtime_checkable
 
 from prometheus_client import CollectorRegistry, generate_latest
@@ -25,7 +27,7 @@ from exporter.health.report import Report
 from exporter.snapshot import Snapshot, Source, SourceRunner
 from exporter.sources.gpu import GpuSource
 from exporter.sources.host import HostSource
-from exporter.tap.source import TapSource
+from exporter.tap.source import DRAIN_SECONDS, TapSource, tap_key
 
 log = logging.getLogger(__name__)
 
@@ -37,37 +39,61 @@ class Managed(Protocol):
     async def close(self) -> None: ...
 
 
-def build_sources(config: Config) -> list[Source]:
-    sources: list[Source] = []
+def build_sources(config: Config,
+                  kept: Mapping[Hashable, Source] | None = None) -> dict[Hashable, Source]:
+    """The sources of `config`, in start order, by what each is built from; a source
+    of `kept` under the same key is used again as it is (docs/deploy.md#reloading)."""
+    kept = kept or {}
+    sources: dict[Hashable, Source] = {}
+
+    def add(key: Hashable, make: Callable[..., Source], *args: object) -> Source:
+        sources[key] = kept[key] if key in kept else make(*args)
+        return sources[key]
+
     if config.gpu.enabled and config.gpu.backend != "none":
-        sources.append(GpuSource.from_backend(config.gpu.backend, config.gpu.sysfs_root,
-                                              config.gpu.cards, config.gpu.expected_cards))
+        add(("gpu", config.gpu), GpuSource.from_backend, config.gpu.backend,
+            config.gpu.sysfs_root, config.gpu.cards, config.gpu.expected_cards)
     if config.host.enabled:
-        sources.append(HostSource(config.host.proc_root, config.gpu.sysfs_root))
+        add(("host", config.host, config.gpu.sysfs_root), HostSource,
+            config.host.proc_root, config.gpu.sysfs_root)
     for engine_config in config.engines:
-        engine = EngineSource(engine_config)
-        sources.append(engine)
+        # The engine and its probe are built from the whole [[engine]] table but the
+        # tap's address: moving the tap restarts neither (nor the stall tracker).
+        table = replace(engine_config, tap_listen_address="")
+        engine = add(("engine", table), EngineSource, engine_config)
         # The probe speaks SGLang's /generate stream; it starts after its engine
         # (start order is list order), whose session it shares.
         if engine_config.probe_interval_seconds > 0 and engine_config.kind == "sglang":
-            sources.append(ProbeSource(engine))
+            add(("probe", table), ProbeSource, engine)
         elif engine_config.probe_interval_seconds > 0:
             log.warning("engine %s: no stream probe for kind %s (SGLang only)",
                         engine_config.name, engine_config.kind)
         if engine_config.tap_listen_address:
-            sources.append(TapSource(engine_config))
+            add(tap_key(engine_config), TapSource, engine_config)
     return sources
+
+
+def _predecessor(tap: TapSource, old_taps: list[TapSource]) -> TapSource | None:
+    """The old tap a new one replaces: its engine's, else the one on its port."""
+    return (next((old for old in old_taps if old.name == tap.name), None)
+            or next((old for old in old_taps if old.port == tap.port), None))
 
 
 class Exporter:
     def __init__(self, config: Config, sources: list[Source] | None = None) -> None:
         self.config = config
-        self.sources = build_sources(config) if sources is None else sources
+        self._by_key = (build_sources(config) if sources is None
+                        else {("given", i): s for i, s in enumerate(sources)})
+        self.sources = list(self._by_key.values())
         self.runner = SourceRunner(self.sources, config.web.scrape_deadline_seconds)
         self._in_flight: asyncio.Future[Snapshot] | None = None
         self.health = HealthMonitor(config.thresholds, config.engines)
         self._sampler: asyncio.Task[None] | None = None
         self._rendered: tuple[Snapshot, bytes] | None = None
+        # A reload and a stop never interleave; a reload after the stop does nothing.
+        self._lock = asyncio.Lock()
+        self._closed = False
+        self._draining: set[asyncio.Task[None]] = set()
 
     async def start(self) -> None:
         for source in self.sources:
@@ -79,28 +105,71 @@ class Exporter:
                                                 name="health history sampler")
 
     async def close(self) -> None:
-        if self._sampler is not None:
-            self._sampler.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._sampler
-        for source in reversed(self.sources):
-            if isinstance(source, Managed):
-                await source.close()
+        async with self._lock:
+            self._closed = True
+            if self._sampler is not None:
+                self._sampler.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await self._sampler
+            for task in self._draining:
+                task.cancel()  # the tap cuts its streams and closes (TapSource.close)
+            await asyncio.gather(*self._draining, return_exceptions=True)
+            for source in reversed(self.sources):
+                if isinstance(source, Managed):
+                    await source.close()
 
-    async def reconfigure(self, config: Config) -> None:
-        """Swap in the sources of a new config: start the new ones, then close the old."""
-        sources = build_sources(config)
-        for source in sources:
-            if isinstance(source, Managed):
-                await source.start()
-        old = self.sources
-        self.config, self.sources = config, sources
-        self.runner = SourceRunner(sources, config.web.scrape_deadline_seconds)
-        self._in_flight = None
-        self.health.reconfigure(config.thresholds, config.engines)
-        for source in reversed(old):
-            if isinstance(source, Managed):
-                await source.close()
+    async def reconfigure(self, config: Config) -> list[str]:
+        """Swap in the sources of a new config, keeping those built the same way: a tap
+        keeps its socket and counts, an engine its stall tracker. Returns what could
+        not be applied: a changed tap that cannot bind its new address stays as it was.
+        """
+        async with self._lock:
+            if self._closed:
+                return ["the exporter is stopping"]
+            # A tap that is not listening (its port was taken) is built again: it retries.
+            wanted = build_sources(config, {k: s for k, s in self._by_key.items() if not (
+                isinstance(s, TapSource) and not s.listening)})
+            gone = [s for s in self.sources if s not in wanted.values()]
+            added = [s for s in wanted.values() if s not in self.sources]
+            old_taps = [s for s in gone if isinstance(s, TapSource) and s.listening]
+            new_taps = [s for s in added if isinstance(s, TapSource)]
+            for old in old_taps:
+                if any(new.port == old.port for new in new_taps):
+                    await old.stop_listening()  # frees the port the new tap binds
+            for source in added:
+                if isinstance(source, Managed):
+                    await source.start()
+            problems = []
+            for new in new_taps:
+                old = _predecessor(new, old_taps)
+                if new.listening or old is None or not (old.listening or await old.listen()):
+                    continue
+                # The old tap stays, under its own key: the next reload tries again.
+                problems.append(f"tap {old.config.name} stays on "
+                                f"{old.config.tap_listen_address}: {new.error}")
+                await new.close()
+                old_key = next(k for k, s in self._by_key.items() if s is old)
+                wanted = {(old_key if s is new else k): (old if s is new else s)
+                          for k, s in wanted.items()}
+                gone.remove(old)
+                old_taps.remove(old)
+            self.config, self._by_key = config, wanted
+            self.sources = list(wanted.values())
+            self.runner = SourceRunner(self.sources, config.web.scrape_deadline_seconds)
+            self._in_flight = None
+            self.health.reconfigure(config.thresholds, config.engines)
+            log.info("sources: %s (started: %s)", ", ".join(s.name for s in self.sources)
+                     or "none", ", ".join(s.name for s in added if s in self.sources) or "none")
+            for source in reversed(gone):
+                if isinstance(source, TapSource):
+                    # Its streams in flight finish on the old listener, in the background.
+                    task = asyncio.create_task(source.close(DRAIN_SECONDS),
+                                               name=f"{source.name} draining")
+                    self._draining.add(task)
+                    task.add_done_callback(self._draining.discard)
+                elif isinstance(source, Managed):
+                    await source.close()
+            return problems
 
     async def snapshot(self) -> Snapshot:
         """Read every source; scrapes, health requests and the health sampler that

@@ -22,12 +22,12 @@ from exporter import __version__, event_loop
 from exporter.config import Config, ConfigError, WebConfig
 from exporter.runtime import Exporter
 from exporter.snapshot import Snapshot
+from exporter.stopping import STOP_GRACE_SECONDS, StopWatch, log_abandoned
 from exporter.tap import tap_readings
 from exporter.web_security import WebSecurity, basic_auth_middleware
 
 log = logging.getLogger(__name__)
 access_logger = logging.getLogger("exporter.access")
-STOP_GRACE_SECONDS = 0.5
 
 EXPORTER_KEY = web.AppKey("exporter", Exporter)
 
@@ -123,6 +123,12 @@ def serve(config: Config, security: WebSecurity | None = None,
     as listening.
     """
     event_loop.run(_serve(config, security or WebSecurity(), reload))
+    # The loop is closed and its signal handlers with it; what is left of the exit is
+    # the interpreter's, which the stop's deadline bounds (exporter/stopping.py). A
+    # signal now changes nothing, and must not kill the process with its own status,
+    # as the default action would (Python's finalisation resets a handler to it).
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, signal.SIG_IGN)
 
 
 async def _serve(config: Config, security: WebSecurity,
@@ -141,17 +147,25 @@ async def _serve(config: Config, security: WebSecurity,
                            ssl_context=security.tls)
         await site.start()
         log.info("listening on %s", listening_url(config.web, tls=security.tls is not None))
-        stop = asyncio.Event()
+        stop, watch = asyncio.Event(), StopWatch()
+
+        def on_stop(signal_name: str) -> None:
+            if watch.armed:
+                watch.again(signal_name)
+            watch.arm()
+            stop.set()
+
         loop = asyncio.get_running_loop()
         log.debug("event loop: %s", type(loop).__module__.partition(".")[0])
         for signum in (signal.SIGINT, signal.SIGTERM):
-            loop.add_signal_handler(signum, stop.set)
+            loop.add_signal_handler(signum, on_stop, signum.name)
         loop.add_signal_handler(signal.SIGHUP, lambda: asyncio.ensure_future(
             _reload(exporter, reload)))
         await stop.wait()
         log.info("stopping")
     finally:
         await runner.cleanup()
+    log_abandoned()
 
 
 async def _reload(exporter: Exporter, reload: Callable[[], Config] | None) -> None:
@@ -166,8 +180,11 @@ async def _reload(exporter: Exporter, reload: Callable[[], Config] | None) -> No
         return
     if config.web != exporter.config.web:
         log.warning("SIGHUP: [web] changes take effect at the next restart")
-    await exporter.reconfigure(replace(config, web=exporter.config.web))
-    log.info("SIGHUP: config reloaded")
+    problems = await exporter.reconfigure(replace(config, web=exporter.config.web))
+    if problems:
+        log.error("SIGHUP: config reloaded in part: %s", "; ".join(problems))
+    else:
+        log.info("SIGHUP: config reloaded")
 
 
 def listening_url(web_config: WebConfig, tls: bool) -> str:

@@ -27,6 +27,11 @@ ENGINE_SOURCE_UP = (
     'label_replace(rig_source_up{source=~"engine/.+"}, "engine", "$1", "source", "engine/(.+)")'
 )
 
+# What an alert's value is, where a time-scaled copy of the rules must bring it
+# back to the rig's time (alerts/timescale.py): the length of a decode stall, or
+# a counter's rate per second.
+STALL_LENGTH, PER_SECOND = "stall length", "per second"
+
 # Recorded series shared by the alerts below and the dashboards.
 PROMPT_RATE = "engine:rig_engine_prompt_tokens:rate5m"
 CHURN_RATE = "engine:rig_engine_hicache_churn_tokens:rate5m"
@@ -84,6 +89,9 @@ class Alert:
     look_first: str
     # Tells apart two rules of one alert (promtool rejects duplicate label sets).
     signal: str = ""
+    # STALL_LENGTH, PER_SECOND, or "" for a value time does not compress (a count,
+    # a ratio, a temperature).
+    value_kind: str = ""
 
     def rule(self) -> dict[str, Any]:
         rule: dict[str, Any] = {"alert": self.name, "expr": self.expr.strip() + "\n"}

@@ -8,6 +8,7 @@ from alerts.rules.common import (
     ENGINE,
     ENGINE_SOURCE_UP,
     ENGINE_SUBJECT,
+    STALL_LENGTH,
     Alert,
     dur,
     num,
@@ -57,6 +58,7 @@ and rig_probe_max_token_gap_seconds >= {stall}
             " stream tap, stall tracker or stream probe).",
             "Is a long prompt prefilling? rig_engine_queued_requests and the engine log's"
             " prefill lines.",
+            value_kind=STALL_LENGTH,
         ),
         Alert(
             "RigDecodeStuttering",

@@ -8,6 +8,7 @@ from alerts.rules.common import (
     ENGINE,
     ENGINE_SUBJECT,
     HOST_USAGE,
+    PER_SECOND,
     PROMPT_RATE,
     Alert,
     dur,
@@ -50,6 +51,7 @@ rig_engine_hicache_host_capacity_tokens > 0
             f" (alert at {churn}) while L2 serves under {l2_share} of prompt tokens.",
             "How many long sessions are live against the L1 + L2 capacity (RUNBOOK table).",
             signal="churn",
+            value_kind=PER_SECOND,
         ),
         Alert(
             "RigHiCacheThrash",

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from alerts.rules.common import MEM_AVAILABLE, SWAP_IO, Alert, dur, num, pct
+from alerts.rules.common import MEM_AVAILABLE, PER_SECOND, SWAP_IO, Alert, dur, num, pct
 from exporter.thresholds import MIB, Thresholds
 
 
@@ -33,6 +33,7 @@ deriv(rig_host_swap_used_bytes[{dur(t.host_swap_growth_window_seconds)}])
             "Host {{ $labels.instance }} moves {{ $value | humanize1024 }}B/s to or from swap,"
             " or its swap use grows at that rate.",
             "Which process holds the memory: smem -rs swap, and the L2 pool size (--hicache-size).",
+            value_kind=PER_SECOND,
         ),
         Alert(
             "RigHostMemoryPressure",

@@ -46,7 +46,7 @@ def _count(c: Context, cards: list[CardReading], expected: int) -> Signal:
         reason += f"; {expected - len(cards)} never seen"
     return signal("gpu_count", {}, "RigGpuMissing",
                   (Stage("critical", c.t.gpu_missing_for_seconds),), holds, read, expected,
-                  "cards", reason)
+                  "cards", reason, "count")
 
 
 def _present(c: Context, labels: dict[str, str], card: CardReading) -> Signal:
@@ -54,7 +54,8 @@ def _present(c: Context, labels: dict[str, str], card: CardReading) -> Signal:
     return signal("gpu_present", labels, "RigGpuMissing",
                   (Stage("critical", c.t.gpu_missing_for_seconds),), not card.present,
                   1.0 if card.present else 0.0, None, "bool",
-                  f"{where} present" if card.present else f"{where} is no longer present")
+                  f"{where} present" if card.present else f"{where} is no longer present",
+                  "vanished")
 
 
 def _junction(card: CardReading) -> str:

@@ -12,6 +12,12 @@ The exception are the conditions that a busy, healthy rig passes through
 (`Signal.sustained`: a queue, a full KV or L2 pool, requests queued with none
 running during a long prefill): those count only once they have held for their
 rule's `for`, and until then show ok with the time held in the reason.
+
+Each check also gives the state its alert would be in (inactive, pending,
+firing). Where several conditions of a check are judged (the rules' `signal`,
+or the readings one rule combines), its line reports the worst status and,
+among equals, the one whose alert has got furthest: a firing rule before a
+pending one, a pending one before one that does not hold.
 """
 
 from __future__ import annotations
@@ -25,7 +31,15 @@ from exporter.health.gpu import gpu_signals
 from exporter.health.hicache import hicache_signals
 from exporter.health.history import History
 from exporter.health.host import host_signals, source_signals
-from exporter.health.report import SEVERITY_STATUS, Check, Report, Signal, Status, worst_first
+from exporter.health.report import (
+    SEVERITY_STATUS,
+    Check,
+    Report,
+    Signal,
+    State,
+    Status,
+    worst_first,
+)
 from exporter.health.view import Context, RigView, history_values, seconds
 from exporter.snapshot import Snapshot
 from exporter.thresholds import Thresholds
@@ -80,7 +94,7 @@ class HealthMonitor:
                 held_keys.add(key)
             check = _judge(sig, held)
             slot = key[:2]
-            if slot not in merged or check.status.rank > merged[slot].status.rank:
+            if slot not in merged or _rank(check) > _rank(merged[slot]):
                 merged[slot] = check
         # A condition that stopped holding starts its hold again next time.
         for key in set(self._held_since) - held_keys:
@@ -88,8 +102,13 @@ class HealthMonitor:
         return worst_first(list(merged.values()))
 
 
+def _rank(check: Check) -> tuple[int, int]:
+    return check.status.rank, -1 if check.state is None else check.state.rank
+
+
 def _judge(sig: Signal, held: float) -> Check:
     reason = sig.reason
+    state = None if sig.holds is None else State.INACTIVE
     if sig.holds is None:
         status = Status.UNKNOWN
     elif not sig.holds:
@@ -97,6 +116,7 @@ def _judge(sig: Signal, held: float) -> Check:
     else:
         first = sig.stages[0]
         reached = [stage for stage in sig.stages if held >= stage.hold_seconds]
+        state = State.FIRING if reached else State.PENDING
         if not sig.sustained:
             status = SEVERITY_STATUS[sig.stages[-1].severity]
         elif reached:
@@ -109,4 +129,4 @@ def _judge(sig: Signal, held: float) -> Check:
         elif held:
             reason += f" (for {seconds(held)})"
     return Check(sig.check, status, sig.value, sig.threshold, sig.unit, reason,
-                 dict(sig.labels), sig.alert)
+                 dict(sig.labels), sig.alert, sig.signal, state)

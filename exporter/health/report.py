@@ -1,7 +1,8 @@
 """What a health check says, and the verdict over all of them (the /api/health JSON).
 
 A `Signal` is one rule's condition judged now; the monitor turns it into a
-`Check` by applying the rule's hold time (`for`) as the exporter has watched it.
+`Check` by applying the rule's hold time (`for`) as the exporter has watched it,
+which also gives the state the mirrored alert would be in.
 """
 
 from __future__ import annotations
@@ -24,6 +25,22 @@ class Status(StrEnum):
 
 
 _RANK = {Status.OK: 0, Status.UNKNOWN: 1, Status.WARN: 2, Status.CRIT: 3}
+
+
+class State(StrEnum):
+    """The mirrored alert's state in Prometheus' words, as the exporter has watched
+    its condition: pending while it holds for less than the rule's `for`."""
+
+    INACTIVE = "inactive"
+    PENDING = "pending"
+    FIRING = "firing"
+
+    @property
+    def rank(self) -> int:
+        return _STATE_RANK[self]
+
+
+_STATE_RANK = {State.INACTIVE: 0, State.PENDING: 1, State.FIRING: 2}
 # A rule's severity when it fires; info (RigGpuPowerCapped) is expected, not trouble.
 SEVERITY_STATUS = {"critical": Status.CRIT, "warning": Status.WARN, "info": Status.OK}
 
@@ -71,12 +88,15 @@ class Check:
     reason: str
     labels: dict[str, str] = field(default_factory=dict)
     alert: str = ""
+    signal: str = ""  # which of the check's conditions this line reports
+    state: State | None = None  # None when the condition cannot be told
 
     def to_json(self) -> dict[str, Any]:
         return {
             "name": self.name, "status": self.status.value, "value": self.value,
             "threshold": self.threshold, "unit": self.unit, "reason": self.reason,
-            "labels": self.labels, "alert": self.alert,
+            "labels": self.labels, "alert": self.alert, "signal": self.signal,
+            "state": None if self.state is None else self.state.value,
         }
 
 

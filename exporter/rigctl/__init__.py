@@ -16,23 +16,27 @@ examples:
   rigctl sim --scenario thermal-downclock --time-scale 0.05
 
 `rigctl COMMAND --help` says more about each. One module per subcommand; each
-has `add_parser(commands)` and `run(args, out)`.
+has `add_parser(commands)` and `run(args, out)`. How a command ends (Ctrl-C, a
+closed pipe, a bad flag) is `exporter.command_line`'s, for all of them.
 """
 
 from __future__ import annotations
 
+import argparse
 import sys
 from collections.abc import Sequence
 from typing import TextIO
 
 from exporter import __version__
-from exporter.rigctl import bench, demo, health, probe, sim
-from exporter.rigctl.common import EXIT_CODES, Parser, help_formatter
-
-SUBCOMMANDS = (demo, health, probe, bench, sim)
+from exporter.command_line import Interrupted, run_guarded
 
 
-def build_parser() -> Parser:
+def build_parser() -> argparse.ArgumentParser:
+    # Imported here, not above: importing the package (aiohttp and the simulator
+    # with it) takes a second or more, and a Ctrl-C meanwhile must meet the guard.
+    from exporter.rigctl import bench, demo, health, probe, sim
+    from exporter.rigctl.common import EXIT_CODES, Parser, help_formatter
+
     intro, commands_text = __doc__.split("\n\n")[0], __doc__.split("\n\n")[1:3]
     parser = Parser(prog="rigctl", description=intro,
                     epilog="\n\n".join([*commands_text, EXIT_CODES]),
@@ -40,11 +44,20 @@ def build_parser() -> Parser:
     parser.add_argument("--version", action="version", version=f"rigctl {__version__}")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND",
                                      parser_class=Parser)
-    for module in SUBCOMMANDS:
+    for module in (demo, health, probe, bench, sim):
         module.add_parser(commands).set_defaults(run=module.run)
     return parser
 
 
 def main(argv: Sequence[str] | None = None, out: TextIO = sys.stdout) -> int:
+    return run_guarded("rigctl", lambda out: _run(argv, out), out)
+
+
+def _run(argv: Sequence[str] | None, out: TextIO) -> int:
     args = build_parser().parse_args(argv)
-    return args.run(args, out)
+    try:
+        return args.run(args, out)
+    except Interrupted:
+        raise
+    except KeyboardInterrupt:
+        raise Interrupted(f"rigctl {args.command}: interrupted") from None

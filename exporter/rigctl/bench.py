@@ -5,9 +5,8 @@
     rigctl bench starvation --engine http://127.0.0.1:30000 --label mixed-chunk --out ab.jsonl
     rigctl bench report ab.jsonl
 
-Exit status: 0 done, 2 the experiment failed mid-way, 3 it could not start
-(engine unreachable, context larger than the KV pool, bad arguments), 130
-interrupted.
+Interrupted (Ctrl-C), it first closes its streams, so the engine aborts their
+generations.
 """
 
 from __future__ import annotations
@@ -21,6 +20,7 @@ from typing import Any, TextIO
 
 import aiohttp
 
+from exporter.command_line import Interrupted
 from exporter.experiments.engine import APIS, EngineRefused
 from exporter.experiments.report import ReportError, print_report, print_starvation, print_sweep
 from exporter.experiments.starvation import StarvationSettings, run_starvation
@@ -28,6 +28,7 @@ from exporter.experiments.stream import StreamFailed
 from exporter.experiments.sweep import SweepSettings, run_sweep
 from exporter.rigctl.common import (
     EXIT_CRITICAL,
+    EXIT_ENDINGS,
     EXIT_OK,
     EXIT_UNKNOWN,
     help_formatter,
@@ -35,10 +36,12 @@ from exporter.rigctl.common import (
     positive,
 )
 
-EPILOG = """exit status: 0 done, 2 the experiment failed mid-way, 3 it could not start,
-130 interrupted. Interrupted (Ctrl-C), it first closes its streams, so the engine
-aborts their generations."""
-EXIT_INTERRUPTED = 130
+EPILOG = f"""exit status:
+  0  done
+  2  the experiment failed mid-way
+  3  it could not start: the engine is unreachable, the context is larger than
+     the KV pool, or bad arguments
+{EXIT_ENDINGS}"""
 
 
 def add_parser(commands: argparse._SubParsersAction) -> argparse.ArgumentParser:
@@ -80,7 +83,8 @@ def add_parser(commands: argparse._SubParsersAction) -> argparse.ArgumentParser:
 
     report = experiments.add_parser("report", help="print saved results side by side",
                                     description="Print the results a JSON-lines file "
-                                                "holds, one row per label.")
+                                                "holds, one row per label.",
+                                    epilog=EPILOG, formatter_class=help_formatter)
     report.add_argument("file", type=Path, help="the file given to --out")
     return bench
 
@@ -132,9 +136,8 @@ def run(args: argparse.Namespace, out: TextIO) -> int:
                 label=args.label, timeout_seconds=args.timeout), progress))
     except KeyboardInterrupt:
         # asyncio.run has cancelled the experiment, whose cleanup closed every stream.
-        print(f"rigctl bench {args.experiment}: interrupted; its streams are closed",
-              file=sys.stderr)
-        return EXIT_INTERRUPTED
+        raise Interrupted(f"rigctl bench {args.experiment}: interrupted; its streams are "
+                          "closed") from None
     except EngineRefused as exc:
         print(f"rigctl bench {args.experiment}: {exc}", file=sys.stderr)
         return EXIT_UNKNOWN

@@ -5,34 +5,35 @@ from __future__ import annotations
 
 import argparse
 import base64
-import json
 import os
 import ssl
-import sys
-import urllib.error
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 from urllib.parse import urlsplit
 
+from exporter.command_line import CLOSED_PIPE_HELP, INTERRUPTED_HELP, OneLineErrors
 from exporter.config import DEFAULT_LISTEN_ADDRESS
+from exporter.rigctl import answers
+from exporter.rigctl.answers import BadAnswer, Unreachable  # noqa: F401  (re-exported)
 
 # Nagios plugin exit codes: a monitoring system can run rigctl as a check.
 EXIT_OK, EXIT_WARNING, EXIT_CRITICAL, EXIT_UNKNOWN = 0, 1, 2, 3
 DEFAULT_EXPORTER = f"http://{DEFAULT_LISTEN_ADDRESS}"
 
-EXIT_CODES = """exit status (as a Nagios plugin):
+# The end of every subcommand's exit status table: Ctrl-C and a closed pipe.
+EXIT_ENDINGS = f"  {INTERRUPTED_HELP}\n  {CLOSED_PIPE_HELP}"
+EXIT_CODES = f"""exit status (as a Nagios plugin):
   0  ok            1  warning
   2  critical      3  unknown: bad arguments, the exporter cannot be reached,
-                      or it could judge nothing yet"""
+                      or it could judge nothing yet
+{EXIT_ENDINGS}"""
 
 
-class Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # type: ignore[override]
-        # argparse exits 2, which a Nagios-style caller would read as "critical".
-        self.print_usage(sys.stderr)
-        self.exit(EXIT_UNKNOWN, f"{self.prog}: error: {message}\n")
+class Parser(OneLineErrors):
+    # argparse exits 2, which a Nagios-style caller would read as "critical".
+    usage_status = EXIT_UNKNOWN
 
 
 def http_url(text: str) -> str:
@@ -56,10 +57,6 @@ def positive(kind: type[int] | type[float]):
 
     parse.__name__ = kind.__name__  # argparse names the type in its messages
     return parse
-
-
-class Unreachable(Exception):
-    """A server did not answer usefully; str() names the URL and the reason."""
 
 
 @dataclass(frozen=True)
@@ -112,18 +109,8 @@ def access_from_args(args: argparse.Namespace) -> Access:
 
 
 def get_json(url: str, timeout: float, access: Access = NO_ACCESS) -> Any:
-    try:
-        with urllib.request.urlopen(access.request(url), timeout=timeout,
-                                    context=access.tls()) as response:
-            return json.load(response)
-    except urllib.error.HTTPError as exc:
-        raise Unreachable(f"{url}: HTTP {exc.code} {exc.reason}") from exc
-    except urllib.error.URLError as exc:
-        raise Unreachable(f"{url}: {exc.reason}") from exc
-    except (OSError, TimeoutError) as exc:
-        raise Unreachable(f"{url}: {exc}") from exc
-    except ValueError as exc:
-        raise Unreachable(f"{url}: not JSON: {exc}") from exc
+    """JSON from `url` within `timeout` seconds in all; Unreachable (or BadAnswer) else."""
+    return answers.get_json(url, timeout, access)
 
 
 # ANSI colours, only when writing to a terminal.

@@ -8,8 +8,13 @@ scenarios (`exporter.sim.scenarios`, the ones the end-to-end tests assert on),
 and prints as they happen each step of a scenario, each alert going pending,
 firing and resolved in Prometheus, and each notification Alertmanager sends.
 
-Ctrl-C stops everything it started (each process in its own process group)
-and removes its temporary directory.
+Every time it prints is the rig's: the clock on the left counts the rig's
+life (h:mm:ss), [brackets] the scenario's seconds, and the notifications read
+as the rig's own would (alerts/timescale.py). Only decode stalls compress less
+than the rest, 2-fold at most, as the start-up line says.
+
+Ctrl-C, or a reader that stops reading (| head), stops everything it started
+(each process in its own process group) and removes its temporary directory.
 """
 
 from __future__ import annotations
@@ -18,24 +23,27 @@ import argparse
 import asyncio
 import contextlib
 import json
+import logging
 import shutil
 import sys
 import tempfile
 import time
 import urllib.request
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TextIO
 
+from exporter.command_line import Interrupted, Say
 from exporter.launch import ExporterProcess, Process, start_exporter
-from exporter.rigctl.common import EXIT_OK, EXIT_UNKNOWN
+from exporter.rigctl.common import EXIT_ENDINGS, EXIT_OK, EXIT_UNKNOWN
 from exporter.rigctl.stack import Monitoring, Notification, WebhookReceiver
 from exporter.sim.rig.simrig import SimRig
-from exporter.sim.scenarios import SCENARIOS, Scenario
+from exporter.sim.scenarios import SCENARIOS, Expect, Scenario
 from exporter.sim.scenarios.player import play
 
-# Short scenarios that show each family of alert, in an order that tells a story.
-TOUR = ("healthy", "prefill-starves-decode", "thermal-downclock", "swap-storm",
-        "engine-wedged")
+# The healthy rig, then the four failures the project exists to show.
+TOUR = ("healthy", "prefill-starves-decode", "thermal-downclock", "hicache-thrash",
+        "swap-storm")
 DEFAULT_SPEED = 10.0
 # Stall lengths compress at most 2-fold, as in the end-to-end tests: a busy
 # machine's scheduling hiccups must stay below the compressed 10 s threshold.
@@ -52,13 +60,21 @@ STARTUP_SECONDS = 60.0
 WARMUP_SECONDS = 60.0
 
 
+EXIT_CODES = f"""exit status:
+  0  the tour is done, or --list
+  3  bad arguments or an unknown scenario
+{EXIT_ENDINGS}"""
+
+
 def add_parser(commands: argparse._SubParsersAction) -> argparse.ArgumentParser:
     parser = commands.add_parser(
         "demo", help="run the simulated rig through the whole stack and watch its alerts",
-        description=__doc__.split("\n\n")[1], formatter_class=argparse.RawDescriptionHelpFormatter)
+        description="\n\n".join(__doc__.split("\n\n")[1:]), epilog=EXIT_CODES,
+        formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--scenario", action="append", metavar="NAME",
                         help=f"play this scenario (repeatable; default: {', '.join(TOUR)})")
-    parser.add_argument("--list", action="store_true", help="list the scenarios and exit")
+    parser.add_argument("--list", action="store_true",
+                        help="list the scenarios with their lengths, then exit")
     parser.add_argument("--speed", type=float, default=DEFAULT_SPEED, metavar="F",
                         help=f"time runs F times faster than real (default {DEFAULT_SPEED:g})")
     parser.add_argument("--no-monitoring", action="store_true",
@@ -67,23 +83,71 @@ def add_parser(commands: argparse._SubParsersAction) -> argparse.ArgumentParser:
 
 
 def run(args: argparse.Namespace, out: TextIO) -> int:
-    if args.list:
-        for scenario in SCENARIOS.values():
-            print(f"{scenario.name:24} {scenario.summary}", file=out)
-        return EXIT_OK
     names = args.scenario or list(TOUR)
     unknown = [n for n in names if n not in SCENARIOS]
     if unknown or args.speed <= 0:
         problem = f"unknown scenario {unknown[0]!r} (see --list)" if unknown else "--speed > 0"
         print(f"rigctl demo: {problem}", file=sys.stderr)
         return EXIT_UNKNOWN
+    if args.list:
+        print_list(args.speed, out)
+        return EXIT_OK
     demo = Demo([SCENARIOS[n] for n in names], args.speed, not args.no_monitoring, out)
     try:
-        asyncio.run(demo.main())
+        with _server_errors_logged_to(demo.directory / "servers.log"):
+            asyncio.run(demo.main())
     except KeyboardInterrupt:
-        print("demo: stopped by Ctrl-C; everything it started is gone", file=out, flush=True)
-        return 130
+        raise Interrupted("rigctl demo: stopped by Ctrl-C; everything it started is "
+                          "gone") from None
+    except asyncio.CancelledError:
+        if not demo.say_line.closed:
+            raise
+    demo.say_line.raise_if_closed()  # its reader went away: the tour was cut short
     return EXIT_OK
+
+
+@contextlib.contextmanager
+def _server_errors_logged_to(path: Path) -> Iterator[None]:
+    """The simulated engine and the webhook receiver serve in this process: a
+    client that goes at the stop makes aiohttp log a traceback, which belongs
+    in a file beside the other processes' logs, not in the story."""
+    logger = logging.getLogger("aiohttp")
+    handler = logging.FileHandler(path)
+    logger.addHandler(handler)
+    logger.propagate = False
+    try:
+        yield
+    finally:
+        logger.removeHandler(handler)
+        logger.propagate = True
+        handler.close()
+
+
+def played_seconds(scenario: Scenario) -> float:
+    """How much of a scenario the demo plays (rig seconds): a scenario with no
+    alert to show is watched for HEALTHY_SECONDS only."""
+    return scenario.seconds if scenario.expects else min(scenario.seconds, HEALTHY_SECONDS)
+
+
+def print_list(speed: float, out: TextIO) -> None:
+    print(f"{'SCENARIO':26} {'RIG TIME':>8} {f'AT x{speed:g}':>8}  SUMMARY", file=out)
+    for scenario in SCENARIOS.values():
+        name = scenario.name + (" *" if scenario.name in TOUR else "")
+        seconds = played_seconds(scenario)
+        print(f"{name:26} {duration(seconds):>8} {duration(seconds / speed):>8}  "
+              f"{scenario.summary}", file=out)
+    tour = sum(played_seconds(SCENARIOS[name]) for name in TOUR)
+    print(f"* the default tour: {duration(tour)} of rig time, {duration(tour / speed)} at"
+          f" x{speed:g}, plus the start-up and the wait for its last alerts to resolve",
+          file=out)
+
+
+def duration(seconds: float) -> str:
+    """3m19s, 2m, 20s: whole seconds, as Prometheus writes durations."""
+    minutes, rest = divmod(round(seconds), 60)
+    hours, minutes = divmod(minutes, 60)
+    text = "".join(f"{n}{unit}" for n, unit in ((hours, "h"), (minutes, "m"), (rest, "s")) if n)
+    return text or "0s"
 
 
 class Demo:
@@ -93,20 +157,32 @@ class Demo:
         self.speed = speed
         self.stall_scale = min(speed, MAX_STALL_SCALE)
         self.want_monitoring = monitoring
-        self.out = out
-        self.started = time.monotonic()
+        # A closed pipe cancels the tour, whose clean-up then stops everything.
+        self.say_line = Say(out, on_closed=self._cut_short)
+        self._tour: asyncio.Task[None] | None = None
+        self.directory = Path(tempfile.mkdtemp(prefix="rigctl-demo-"))
+        # Its clock starts now: the demo's clock is the rig's.
+        self.rig = SimRig(self.speed, directory=self.directory / "rig", say=self.say,
+                          stall_scale=self.stall_scale)
         self.alert_states: dict[tuple[tuple[str, str], ...], str] = {}
         # Alerts notified as firing and not yet as resolved.
         self.unresolved: set[frozenset[tuple[str, str]]] = set()
-        self.directory = Path()
+        # The label sets seen firing since the scenario playing now began; None
+        # without Prometheus.
+        self.fired: list[dict[str, str]] | None = None
 
     def say(self, line: str) -> None:
-        print(f"{time.monotonic() - self.started:6.1f}s  {line}", file=self.out, flush=True)
+        """One line, after the rig's clock (h:mm:ss of its life so far)."""
+        minutes, seconds = divmod(int(self.rig.clock.now()), 60)
+        self.say_line(f"{minutes // 60}:{minutes % 60:02}:{seconds:02}  {line}")
+
+    def _cut_short(self) -> None:
+        if self._tour is not None:
+            self._tour.cancel()
 
     async def main(self) -> None:
-        directory = self.directory = Path(tempfile.mkdtemp(prefix="rigctl-demo-"))
-        rig = SimRig(self.speed, directory=directory / "rig", say=self.say,
-                     stall_scale=self.stall_scale)
+        self._tour = asyncio.current_task()
+        directory, rig = self.directory, self.rig
         exporter: ExporterProcess | None = None
         monitoring: Monitoring | None = None
         receiver = WebhookReceiver(on_notification=self._notified)
@@ -129,6 +205,7 @@ class Demo:
                 monitoring.write_targets([("demo", address)])
                 processes += [p for p in (monitoring.prometheus, monitoring.alertmanager) if p]
                 watcher = asyncio.create_task(self._watch_alerts(monitoring))
+                self.fired = []
             else:
                 if self.want_monitoring:
                     self.say("Prometheus or Alertmanager is not installed (./setup.sh installs"
@@ -158,7 +235,14 @@ class Demo:
         expected = ", ".join(_name({"alertname": e.alert, **e.labels})
                              for e in scenario.expects)
         self.say(f"== {scenario.name}: expect {expected or 'no alert'}")
-        await play(rig, scenario, stop_at=None if scenario.expects else HEALTHY_SECONDS)
+        if self.fired is not None:
+            self.fired.clear()
+        await play(rig, scenario, stop_at=played_seconds(scenario))
+        # A stall outlasts its scenario (stalls compress less than the rest), and
+        # so may its alert: the next scenario waits for it, within bounds.
+        if self.fired is not None and scenario.expects:
+            await self._wait_while(lambda: not all(self._fired(e) for e in scenario.expects),
+                                   SETTLE_SECONDS)
         if not scenario.expects:
             active = ", ".join(_name(labels) for labels in self._paging())
             self.say(f"   {scenario.name}: " + (f"active: {active}" if active else
@@ -173,9 +257,14 @@ class Demo:
             self.say(f"Alertmanager {monitoring.alertmanager_url}")
         self.say(f"files in {self.directory}")
         pids = " ".join(str(p.popen.pid) for p in processes)
-        self.say(f"running (pids {pids}); time runs {self.speed:g}x faster, decode stalls"
-                 f" {self.stall_scale:g}x (a 47 s stall lasts {47 / self.stall_scale:.1f} s"
-                 f" and the 10 s threshold reads {10 / self.stall_scale:g} s); Ctrl-C stops")
+        self.say(f"running (pids {pids}); the rig lives {self.speed:g}x faster than real"
+                 f" time, but decode stalls only {self.stall_scale:g}x (a 47 s stall lasts"
+                 f" {47 / self.stall_scale:.1f} s, {47 * self.speed / self.stall_scale:.0f} s"
+                 f" on the rig's clock); Ctrl-C stops")
+
+    def _fired(self, expect: Expect) -> bool:
+        return any(labels.get("alertname") == expect.alert and expect.labels.items()
+                   <= labels.items() for labels in self.fired or ())
 
     def _paging(self) -> list[dict[str, str]]:
         """Active alerts that notify someone (info alerts go nowhere)."""
@@ -186,11 +275,13 @@ class Demo:
         their resolutions (at its next group_interval)."""
         if self._paging() or self.unresolved:
             self.say("waiting for the last alerts to resolve")
-        deadline = time.monotonic() + SETTLE_SECONDS
-        while self._paging() and time.monotonic() < deadline:
-            await asyncio.sleep(WATCH_SECONDS)
-        deadline = time.monotonic() + NOTIFY_SECONDS
-        while self.unresolved and time.monotonic() < deadline:
+        await self._wait_while(self._paging, SETTLE_SECONDS)
+        await self._wait_while(lambda: self.unresolved, NOTIFY_SECONDS)
+
+    @staticmethod
+    async def _wait_while(condition: Callable[[], object], seconds: float) -> None:
+        deadline = time.monotonic() + seconds
+        while condition() and time.monotonic() < deadline:
             await asyncio.sleep(WATCH_SECONDS)
 
     async def _warm_up(self, monitoring: Monitoring | None) -> None:
@@ -219,6 +310,8 @@ class Demo:
                 now[key] = alert["state"]
                 if self.alert_states.get(key) != alert["state"]:
                     self.say(f"{alert['state'].upper():8} {_name(labels)}")
+                    if alert["state"] == "firing" and self.fired is not None:
+                        self.fired.append(labels)
             for key in self.alert_states.keys() - now.keys():
                 self.say(f"RESOLVED {_name(dict(key))}")
             self.alert_states = now
@@ -231,7 +324,7 @@ class Demo:
                 text = await asyncio.to_thread(_get, f"http://{address}/metrics")
             except OSError:
                 continue
-            self.say("readings: " + _readings(text))
+            self.say("readings: " + _readings(text, self.stall_scale))
 
     def _notified(self, notification: Notification) -> None:
         for alert in notification.payload["alerts"]:
@@ -261,19 +354,23 @@ def _get(url: str) -> str:
         return response.read().decode()
 
 
-def _readings(exposition: str) -> str:
-    wanted = {
-        "rig_engine_decode_stall_seconds": "stall {:.1f} s",
-        "rig_engine_queued_requests": "queued {:.0f}",
-        'rig_gpu_temperature_celsius{card="card1",sensor="junction"}': "card1 {:.0f} °C",
-        'rig_gpu_temperature_celsius{card="card2",sensor="junction"}': "card2 {:.0f} °C",
-        "rig_host_memory_available_bytes": "RAM available {:.3g} B",
+def _readings(exposition: str, stall_scale: float) -> str:
+    """The exporter's key readings, in the rig's time: a stall it measured lasted
+    `stall_scale` times longer on the rig."""
+    wanted: dict[str, Callable[[float], str]] = {
+        "rig_engine_decode_stall_seconds": lambda v: f"stall {v * stall_scale:.1f} s",
+        "rig_engine_queued_requests": lambda v: f"queued {v:.0f}",
+        'rig_gpu_temperature_celsius{card="card1",sensor="junction"}':
+            lambda v: f"card1 {v:.0f} °C",
+        'rig_gpu_temperature_celsius{card="card2",sensor="junction"}':
+            lambda v: f"card2 {v:.0f} °C",
+        "rig_host_memory_available_bytes": lambda v: f"RAM available {v:.3g} B",
     }
     shown = []
     for line in exposition.splitlines():
-        for prefix, fmt in wanted.items():
+        for prefix, show in wanted.items():
             head = line.rsplit(" ", 1)[0]
             if head == prefix or (head.startswith(prefix + "{") and "{" not in prefix):
                 with contextlib.suppress(ValueError):
-                    shown.append(fmt.format(float(line.rsplit(" ", 1)[1])))
+                    shown.append(show(float(line.rsplit(" ", 1)[1])))
     return ", ".join(shown) or json.dumps("no readings yet")

@@ -14,6 +14,7 @@ import sys
 import time
 from typing import Any, TextIO
 
+from exporter.rigctl.answers import health_report, items
 from exporter.rigctl.common import (
     DEFAULT_EXPORTER,
     EXIT_CODES,
@@ -21,6 +22,7 @@ from exporter.rigctl.common import (
     EXIT_OK,
     EXIT_UNKNOWN,
     EXIT_WARNING,
+    BadAnswer,
     Unreachable,
     access_from_args,
     add_access_arguments,
@@ -83,26 +85,27 @@ def run(args: argparse.Namespace, out: TextIO) -> int:
     if args.watch is None:
         return once(args, out)
     drawn = 0
-    try:
-        while True:
-            if is_tty(out):
-                out.write("\033[H\033[2J")  # home and clear: redraw in place
-            elif drawn:
-                print(file=out)
-            code = once(args, out)
-            out.flush()
-            drawn += 1
-            if args.count is not None and drawn >= args.count:
-                return code
-            time.sleep(args.watch)
-    except KeyboardInterrupt:
-        return code if drawn else EXIT_UNKNOWN
+    while True:  # until --count, Ctrl-C or a closed pipe (exporter.command_line)
+        if is_tty(out):
+            out.write("\033[H\033[2J")  # home and clear: redraw in place
+        elif drawn:
+            print(file=out)
+        code = once(args, out)
+        out.flush()
+        drawn += 1
+        if args.count is not None and drawn >= args.count:
+            return code
+        time.sleep(args.watch)
 
 
 def once(args: argparse.Namespace, out: TextIO) -> int:
     url = args.exporter + "/api/health"
     try:
-        report = get_json(url, args.timeout, access_from_args(args))
+        report = health_report(url, get_json(url, args.timeout, access_from_args(args)))
+    except BadAnswer as exc:
+        print(f"rigctl health: the exporter's answer is not a health report: {exc}",
+              file=sys.stderr)
+        return EXIT_UNKNOWN
     except Unreachable as exc:
         print(f"rigctl health: cannot reach the exporter: {exc}", file=sys.stderr)
         return EXIT_UNKNOWN
@@ -138,9 +141,9 @@ def firing_alerts(prometheus: str, alertmanager: str | None, timeout: float,
     Prometheus does not know about silences; Alertmanager's /api/v2/alerts does
     (status.silencedBy). Alerts are matched on their labels.
     """
-    body = get_json(prometheus + "/api/v1/alerts", timeout)
-    alerts = [a for a in body.get("data", {}).get("alerts", [])
-              if a.get("labels", {}).get("alertname", "").startswith("Rig")
+    url = prometheus + "/api/v1/alerts"
+    alerts = [a for a in items(url, get_json(url, timeout), "data", "alerts")
+              if str(_labels(a).get("alertname", "")).startswith("Rig")
               and a.get("state") == "firing"]
     silenced = None
     try:
@@ -153,14 +156,14 @@ def firing_alerts(prometheus: str, alertmanager: str | None, timeout: float,
         problems.append(f"cannot read silences from Alertmanager: {exc}")
     out = []
     for alert in alerts:
-        labels = {k: str(v) for k, v in alert.get("labels", {}).items()}
+        labels = {k: str(v) for k, v in _labels(alert).items()}
         out.append({
             "name": labels.get("alertname", ""),
             "severity": labels.get("severity", ""),
             "state": alert.get("state", "firing"),
             "silenced": None if silenced is None else any(
                 labels.items() <= s.items() for s in silenced),
-            "summary": str(alert.get("annotations", {}).get("summary", "")),
+            "summary": str(_labels(alert, "annotations").get("summary", "")),
             "labels": labels,
         })
     rank = {"critical": 0, "warning": 1, "info": 2}
@@ -168,21 +171,29 @@ def firing_alerts(prometheus: str, alertmanager: str | None, timeout: float,
                                       a["name"]))
 
 
+def _labels(item: dict[str, Any], key: str = "labels") -> dict[str, Any]:
+    value = item.get(key)
+    return value if isinstance(value, dict) else {}
+
+
 def discover_alertmanager(prometheus: str, timeout: float) -> str | None:
-    body = get_json(prometheus + "/api/v1/alertmanagers", timeout)
-    active = body.get("data", {}).get("activeAlertmanagers", [])
+    url = prometheus + "/api/v1/alertmanagers"
+    active = items(url, get_json(url, timeout), "data", "activeAlertmanagers")
     if not active:
         return None
     # e.g. http://127.0.0.1:9093/api/v2/alerts
-    return active[0]["url"].split("/api/")[0]
+    address = active[0].get("url")
+    if not isinstance(address, str) or "/api/" not in address:
+        raise BadAnswer(f"{url}: activeAlertmanagers[0] has no URL")
+    return address.split("/api/")[0]
 
 
 def silenced_label_sets(alertmanager: str, timeout: float) -> list[dict[str, str]]:
     # All alerts (Alertmanager's openapi.yaml: active, silenced and inhibited all
     # default to true); an alert is silenced when status.silencedBy names a silence.
-    alerts = get_json(alertmanager + "/api/v2/alerts", timeout)
-    return [a.get("labels", {}) for a in alerts
-            if a.get("status", {}).get("silencedBy")]
+    url = alertmanager + "/api/v2/alerts"
+    return [_labels(a) for a in items(url, get_json(url, timeout))
+            if _labels(a, "status").get("silencedBy")]
 
 
 UNITS = {

@@ -20,6 +20,7 @@ from exporter.config import EngineConfig
 from exporter.engines.probe import ProbeResult, StreamProbe
 from exporter.rigctl.common import (
     EXIT_CRITICAL,
+    EXIT_ENDINGS,
     EXIT_OK,
     EXIT_UNKNOWN,
     help_formatter,
@@ -30,7 +31,7 @@ from exporter.thresholds import Thresholds, thresholds_from_config
 
 DEFAULTS = EngineConfig(name="probe", url="http://127.0.0.1:30000")
 
-EXAMPLES = """examples:
+EXAMPLES = f"""examples:
   rigctl probe --engine http://127.0.0.1:30000
   rigctl probe --engine http://127.0.0.1:30000 --max-new-tokens 256 --config rig.toml
 
@@ -41,7 +42,8 @@ exit status:
   0  ok: the stream finished and its longest gap stayed below the threshold
   2  critical: the probe failed (the reason is printed), or its longest gap
      reached the starvation threshold
-  3  unknown: bad arguments or a bad --config file"""
+  3  unknown: bad arguments or a bad --config file
+{EXIT_ENDINGS}"""
 
 
 def add_parser(commands: argparse._SubParsersAction) -> argparse.ArgumentParser:

@@ -26,6 +26,7 @@ import sys
 from collections.abc import Sequence
 from typing import TextIO
 
+from exporter.command_line import Say, run_guarded
 from exporter.sim.rig.control import RigControl
 from exporter.sim.rig.control import __doc__ as CONTROL_DOC
 from exporter.sim.rig.simrig import SimRig
@@ -80,10 +81,8 @@ def list_scenarios(out: TextIO) -> None:
 
 
 async def run_rig(args: argparse.Namespace, out: TextIO) -> int:
-    def say(line: str) -> None:
-        print(line, file=out, flush=True)
-
     stop = asyncio.Event()
+    say = Say(out, on_closed=stop.set)  # a reader gone (| head -1) stops the rig too
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(signum, stop.set)
@@ -109,12 +108,14 @@ async def run_rig(args: argparse.Namespace, out: TextIO) -> int:
             loop.remove_signal_handler(signum)
         await control.stop()
         await rig.stop()
+    say.raise_if_closed()
     return 0
 
 
 def main(argv: Sequence[str] | None = None, out: TextIO = sys.stdout) -> int:
-    args = build_parser().parse_args(argv)
-    return run(args, out)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    return run_guarded(parser.prog, lambda out: run(args, out), out)
 
 
 def run(args: argparse.Namespace, out: TextIO) -> int:

@@ -53,6 +53,13 @@ class TapProxy:
         self.state = state
         self.connect_timeout_seconds = connect_timeout_seconds
         self.session: aiohttp.ClientSession | None = None
+        self._in_flight = 0
+        self._idle = asyncio.Event()
+        self._idle.set()
+
+    async def idle(self) -> None:
+        """Until no request is in flight (a tap draining after a reload waits on it)."""
+        await self._idle.wait()
 
     async def start(self) -> None:
         # No read or total timeout: a stream may legitimately stall 47 s (docs/facts/rig.md),
@@ -74,13 +81,24 @@ class TapProxy:
 
     async def handle(self, request: web.Request) -> web.StreamResponse:
         assert self.session is not None, "TapProxy.start() first"
+        self._in_flight += 1
+        self._idle.clear()
+        try:
+            return await self._forward(request, self.session)
+        finally:
+            self._in_flight -= 1
+            if self._in_flight == 0:
+                self._idle.set()
+
+    async def _forward(self, request: web.Request,
+                       session: aiohttp.ClientSession) -> web.StreamResponse:
         # encoded=True: the path and query go on exactly as the client wrote them.
         url = URL(self.upstream_url + request.rel_url.raw_path_qs, encoded=True)
         ask = StreamAsk.of(request.method, request.path)
         body = _body(request, ask) if request.body_exists else None
         sent_at = self.state.clock()
         try:
-            upstream = await self.session.request(
+            upstream = await session.request(
                 request.method, url, headers=forwarded_headers(request.headers), data=body,
                 allow_redirects=False, skip_auto_headers=("Accept-Encoding", "User-Agent",
                                                           "Content-Type"))

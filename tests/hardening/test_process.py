@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import signal
 import socket
@@ -12,32 +11,14 @@ import urllib.request
 from pathlib import Path
 
 from exporter.launch import free_port, start_exporter
-from exporter.sim.engine.server import SimServer
 from exporter.sim.engine.state import Fault, SimEngine
 from tests.conftest import SYSFS_FIXTURE
 from tests.scrape import parse_samples, value
-
-
-class HungEngine:
-    """A simulated SGLang whose /metrics never answers, on its own loop and thread."""
-
-    def __init__(self) -> None:
-        self.loop = asyncio.new_event_loop()
-        self.server = SimServer(SimEngine(fault=Fault.HANG))
-        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
-
-    def __enter__(self) -> str:
-        self.thread.start()
-        return asyncio.run_coroutine_threadsafe(self.server.start(), self.loop).result(10)
-
-    def __exit__(self, *exc: object) -> None:
-        asyncio.run_coroutine_threadsafe(self.server.stop(), self.loop).result(10)
-        self.loop.call_soon_threadsafe(self.loop.stop)
-        self.thread.join(10)
+from tests.support.process import SimThread, wait_for_log
 
 
 def test_sigterm_during_a_scrape_of_a_hung_engine_exits_within_2_s(tmp_path: Path) -> None:
-    with HungEngine() as engine_url, start_exporter(
+    with SimThread(SimEngine(fault=Fault.HANG)) as engine_url, start_exporter(
         ["--engine", f"main={engine_url}", "--no-collector.gpu", "--no-collector.host"],
         tmp_path,
     ) as exporter:
@@ -113,18 +94,11 @@ def test_sighup_reloads_a_good_config_and_keeps_the_old_one_on_garbage(tmp_path:
 
         config.write_text("this is [not toml\n")
         exporter.popen.send_signal(signal.SIGHUP)
-        _wait_for_log(exporter, "config not reloaded")
+        wait_for_log(exporter, "config not reloaded")
         assert exporter.popen.poll() is None
         assert value(_scrape(exporter.url), "rig_source_up", source="gpu") == 1
 
         config.write_text("[gpu]\nenabled = false\n[host]\nenabled = false\n")
         exporter.popen.send_signal(signal.SIGHUP)
-        _wait_for_log(exporter, "config reloaded")
+        wait_for_log(exporter, "config reloaded")
         assert value(_scrape(exporter.url), "rig_source_up", source="gpu") is None
-
-
-def _wait_for_log(exporter, text: str, timeout: float = 10) -> None:
-    deadline = time.monotonic() + timeout
-    while text not in exporter.log():
-        assert time.monotonic() < deadline, exporter.log()
-        time.sleep(0.05)

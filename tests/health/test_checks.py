@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from exporter.health.report import Status
+from exporter.health.report import State, Status
 from exporter.thresholds import Thresholds
 from tests.health.rig import Rig, Watch, card, engine, host, one, probe, statuses
 
@@ -331,6 +331,46 @@ class TestHost:
         check = one(report, "exporter_source", source="host")
         assert check.status is Status.WARN and "blocked" in check.reason
         assert not [c for c in report.checks if c.name.startswith("host_")]
+
+
+class TestAlertState:
+    """Each line says the state its alert would be in, and which condition it reports."""
+
+    def test_pending_until_the_rules_for_then_firing_even_for_info(self) -> None:
+        capped = Rig(cards=[card(power_watts=339.0, throttle_reasons=frozenset({"power"}))])
+        watch = Watch()
+        check = one(watch.over(0, 290, 10, capped), "gpu_power_capped", card="card1")
+        assert check.state is State.PENDING and check.status is Status.OK
+        check = one(watch.over(290, 300, 10, capped), "gpu_power_capped", card="card1")
+        assert check.state is State.FIRING and check.status is Status.OK
+        assert one(watch.at(310, Rig()), "gpu_power_capped", card="card1").state is State.INACTIVE
+        check = one(Watch().at(0, Rig(engines=[engine(queued_requests=3, running_requests=0)])),
+                    "engine_wedged")
+        assert check.status is Status.UNKNOWN and check.state is None
+
+    def test_a_shared_line_reports_the_rule_that_fires_first(self) -> None:
+        watch = Watch()
+        watch.over(0, 120, 30, Rig())
+        full_and_retracting = Rig(engines=[engine(kv_usage_ratio=0.97, retracted_requests_total=3)])
+        check = one(watch.over(135, 300, 15, full_and_retracting), "kv_pool")
+        # The usage holds too, but its alert waits 5 min; the retractions' fires at once.
+        assert (check.signal, check.state, check.status) == ("retractions", State.FIRING,
+                                                              Status.WARN)
+        # Both fire: the line keeps to the check's first condition.
+        still = Rig(engines=[engine(kv_usage_ratio=0.97, retracted_requests_total=4)])
+        check = one(watch.over(300, 435, 15, still), "kv_pool")
+        assert (check.signal, check.state) == ("usage", State.FIRING)
+
+    def test_a_vanished_card_and_the_count_name_their_rules(self) -> None:
+        report = Watch().at(0, Rig(cards=[card("card1"), card("card2", present=False)]))
+        check = one(report, "gpu_present", card="card2")
+        assert (check.alert, check.signal, check.state) == ("RigGpuMissing", "vanished",
+                                                            State.PENDING)
+        check = one(report, "gpu_count")
+        assert (check.signal, check.state) == ("count", State.INACTIVE)
+        document = report.to_json()["checks"]
+        assert {(c["name"], c["signal"], c["state"]) for c in document} >= {
+            ("gpu_present", "vanished", "pending"), ("gpu_count", "count", "inactive")}
 
 
 def test_report_status_ignores_unknown() -> None:

@@ -4,49 +4,17 @@ from __future__ import annotations
 
 import io
 import json
-import threading
-from collections.abc import Iterator
-from contextlib import contextmanager
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
 from exporter.rigctl import main
-from tests.health.rig import Rig, Watch, card, validate
-
-HOT = card("card2", clocks_hertz={"sclk": 1.4e9}, temperatures_celsius={"junction": 107.0})
-
-
-@contextmanager
-def exporter_answering(report: dict, status: int = 200) -> Iterator[str]:
-    class Handler(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:  # noqa: N802 (http.server's name)
-            body = json.dumps(report).encode()
-            self.send_response(status)
-            self.send_header("Content-Type", "application/json")
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, *args: object) -> None:
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()
+from tests.health.rig import validate
+from tests.rigctl.canned import exporter_answering, hot_report
 
 
 class Terminal(io.StringIO):
     def isatty(self) -> bool:
         return True
-
-
-def hot_report() -> dict:
-    return Watch().at(0, Rig(cards=[card("card1"), HOT])).to_json()
 
 
 def test_plain_table_worst_first_when_not_a_terminal() -> None:

@@ -2,7 +2,7 @@
 which of them a real Alertmanager silences, beside the exporter's own checks.
 
 Stack on loopback: the simulated rig and a real exporter process
-(tests/test_rigctl_health.py), Prometheus 2.42 scraping it every second with
+(tests/rigctl/test_health_live.py), Prometheus 2.42 scraping it every second with
 rules rendered from the same thresholds (holds cut to a second), and
 Alertmanager 0.25 with a silence on RigGpuHot.
 """
@@ -25,7 +25,7 @@ from exporter.rigctl.health import exit_code
 from exporter.sim.rig.sysfs_writer import RIG_CARDS
 from exporter.thresholds import Thresholds
 from tests.health.rig import validate
-from tests.test_rigctl_health import live_rig
+from tests.rigctl.test_health_live import live_rig
 
 # card2 at 107 °C with its clock held at 72 % under load: RigGpuThermalDownclock
 # (critical once held a second here) and RigGpuHot (warning) fire.

@@ -28,7 +28,7 @@ from exporter.sim.rig.procfs_writer import GIB, PAGE, HostSpec, write_proc
 from exporter.sim.rig.sysfs_writer import RIG_CARDS, CardSpec, write_rig
 from tests.health.rig import validate
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 ENV = {**os.environ, "PYTHONPATH": str(REPO)}
 MIB = 1024 * 1024
 

@@ -18,7 +18,7 @@ from exporter.rigctl.probe import print_probe, probe_once
 from exporter.sim.engine.state import SimEngine, StreamScript
 from tests.engines.helpers import running_sim
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 
 
 def probe_sim(script: StreamScript, timeout: float = 10.0) -> tuple[str, object]:
