@@ -1,8 +1,17 @@
-"""Rows of the end-to-end timing table, filled by the scenario tests."""
+"""Rows of the end-to-end timing table: each scenario test records its rows on its
+report (`record`), and the session's summary collects them from every report, so
+the table also reaches the terminal from pytest-xdist's workers (tests/conftest.py)."""
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Iterable
 from dataclasses import dataclass
+
+import pytest
+
+# The name of a row among a test report's user_properties.
+PROPERTY = "e2e_timing_row"
 
 
 @dataclass(frozen=True)
@@ -17,14 +26,21 @@ class Row:
     resolved: int
 
 
-ROWS: list[Row] = []
+def record(request: pytest.FixtureRequest, rows: Iterable[Row]) -> None:
+    """Rows onto the test's report, as plain dicts: a worker sends them to the
+    controller serialised."""
+    request.node.user_properties.extend((PROPERTY, dataclasses.asdict(r)) for r in rows)
 
 
-def table() -> list[str]:
+def rows_of(report: pytest.TestReport) -> list[Row]:
+    return [Row(**value) for name, value in report.user_properties if name == PROPERTY]
+
+
+def table(rows: Iterable[Row]) -> list[str]:
     """Wall seconds, and the rig's seconds (x time scale) in brackets."""
     lines = ["| scenario | alert | pages | fault -> page | for + group_wait | resolutions |",
              "|---|---|---|---|---|---|"]
-    for r in ROWS:
+    for r in rows:
         scale = r.time_scale
         after = ("-" if r.after_fault_seconds is None
                  else f"{r.after_fault_seconds:.1f} s ({r.after_fault_seconds * scale:.0f} s)")

@@ -61,14 +61,18 @@ def test_remote_write_to_victoria_metrics_and_read_back(tmp_path: Path) -> None:
         while True:
             cards = vm_query(vm_url, 'rig_gpu_present{rig="remote"}')
             engines = vm_query(vm_url, 'rig_engine_running_requests{rig="remote"}')
-            if len(cards) == 2 and engines:
+            # A recording rule's output travels too (the store holds what the alerts
+            # use); it comes a rule evaluation and a remote-write batch after the
+            # scraped series it is made of.
+            recorded = vm_query(vm_url, 'instance:rig_host_memory_available:ratio{rig="remote"}')
+            if len(cards) == 2 and engines and recorded:
                 break
             assert time.monotonic() < deadline, (
-                f"not in VictoriaMetrics: {cards} {engines}\n{victoria.log()[-2000:]}")
+                f"not in VictoriaMetrics: {cards} {engines} {recorded}\n"
+                f"{victoria.log()[-2000:]}")
             time.sleep(1)
         assert {c["metric"]["card"] for c in cards} == {"card1", "card2"}
         assert all(c["metric"]["job"] == "rig" and c["value"][1] == "1" for c in cards)
         # Two agents decoding, and the exporter's probe while it runs.
         assert engines[0]["metric"]["engine"] == "main" and engines[0]["value"][1] in ("2", "3")
-        # A recording rule's output travels too: the store holds what the alerts use.
-        assert vm_query(vm_url, 'instance:rig_host_memory_available:ratio{rig="remote"}')
+        assert 0 < float(recorded[0]["value"][1]) <= 1  # a ratio of available memory

@@ -38,6 +38,8 @@ from exporter.sim.scenarios.player import play
 from tests.e2e import report
 from tests.e2e.stack import LoopThread
 
+pytestmark = pytest.mark.long_running
+
 TIME_SCALE = 10.0
 STALL_SCALE = 2.0
 # Thirteen simulated engines render /metrics in this one process: the stall
@@ -206,7 +208,8 @@ def _group_wait(severity: str) -> float:
 
 
 @pytest.mark.parametrize("scenario", SCENARIO_LIST, ids=[s.name for s in SCENARIO_LIST])
-def test_scenario_pages_exactly_what_it_should(run: Run, scenario: Scenario) -> None:
+def test_scenario_pages_exactly_what_it_should(run: Run, scenario: Scenario,
+                                               request: pytest.FixtureRequest) -> None:
     received = list(rig_alerts(run.notifications, scenario.name))
     firing = [(n, a) for n, a in received if a["status"] == "firing"]
     fired = Counter(identity(a) for _, a in firing)
@@ -222,7 +225,7 @@ def test_scenario_pages_exactly_what_it_should(run: Run, scenario: Scenario) -> 
             None if first is None else first - run.fault_at[scenario.name],
             seconds(_rule(expect).get("for", "0s")), _group_wait(expect.labels["severity"]),
             TIME_SCALE, sum(cleared[i] for i in matching)))
-    report.ROWS.extend(rows)
+    report.record(request, rows)
 
     unexpected = [dict(i) for i in fired if not any(matches(e, dict(i)) for e in paging(scenario))]
     assert not unexpected, f"unexpected notifications: {unexpected}"

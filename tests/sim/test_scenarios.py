@@ -31,6 +31,8 @@ from exporter.sim.scenarios.player import play
 from exporter.thresholds import Thresholds
 from tests.scrape import get, serving
 
+pytestmark = pytest.mark.long_running
+
 # The rig lives 50 times faster: a scenario second lasts 20 ms.
 TIME_SCALE = 50.0
 # Stalls compress less than the rest. The exporter judges a decode gap against
