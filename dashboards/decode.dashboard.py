@@ -132,7 +132,8 @@ def build(t: Thresholds) -> Dashboard:
             "Tokens/s: generated, probe decode speed",
             "Generated tokens per second over all requests, the decode speed of the last"
             " probe (its tokens over its decode time), and tokens per second streamed"
-            " through the tap.",
+            " through the tap, as the streams report them (an OpenAI stream without"
+            " include_usage reports none).",
             "short",
             targets(
                 (rate("rig_engine_generation_tokens_total"), "{{engine}} generated"),
