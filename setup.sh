@@ -13,16 +13,18 @@ as_root() { if [ "$(id -u)" -eq 0 ]; then "$@"; else sudo "$@"; fi; }
 # promtool and amtool test the alert rules and routing; prometheus and
 # alertmanager run the end-to-end tests and the demo; node_exporter is the
 # bench's latency yardstick; victoria-metrics is the remote_write store of the
-# many-rigs test.
+# many-rigs test; nginx is the stream tap's yardstick (bench/bench_tap.py --nginx).
 declare -A deb_for_cmd=(
     [prometheus]=prometheus [promtool]=prometheus
     [prometheus-alertmanager]=prometheus-alertmanager [amtool]=prometheus-alertmanager
     [prometheus-node-exporter]=prometheus-node-exporter
     [victoria-metrics]=victoria-metrics
+    [nginx]=nginx-light
 )
 missing=()
 for cmd in "${!deb_for_cmd[@]}"; do
-    command -v "$cmd" >/dev/null 2>&1 || missing+=("${deb_for_cmd[$cmd]}")
+    # nginx lives in /usr/sbin, which a user's PATH may not hold.
+    command -v "$cmd" >/dev/null 2>&1 || [ -x "/usr/sbin/$cmd" ] || missing+=("${deb_for_cmd[$cmd]}")
 done
 python3 -c 'import ensurepip, venv' 2>/dev/null || missing+=(python3-venv)
 if [ ${#missing[@]} -gt 0 ]; then
@@ -32,7 +34,7 @@ if [ ${#missing[@]} -gt 0 ]; then
     # shellcheck disable=SC2046
     as_root apt-get install -y -qq --no-install-recommends $(printf '%s\n' "${missing[@]}" | sort -u) >/dev/null
     # Debian starts the packaged daemons; the project runs its own on loopback.
-    for unit in prometheus prometheus-alertmanager prometheus-node-exporter victoria-metrics; do
+    for unit in prometheus prometheus-alertmanager prometheus-node-exporter victoria-metrics nginx; do
         as_root systemctl disable --now "$unit" >/dev/null 2>&1 || true
     done
 fi

@@ -1,27 +1,29 @@
-"""What the stream tap adds to each frame, and what it costs the host.
+"""What the stream tap adds to each frame, and what it costs the host, beside nginx.
 
     python bench/bench_tap.py [--frames 500] [--rate 100] [--streams 1,4,16] [--shape chat]
-                              [--repeat 1] [--no-uvloop] [--floor] [--batched]
+                              [--repeat 1] [--no-uvloop] [--nginx] [--floor] [--batched]
 
-Three processes on loopback: a stand-in engine (a child) that streams `--frames`
-frames per request at `--rate` frames/s, each stamped with its CLOCK_MONOTONIC send
-time; the real exporter (a child, `python -m exporter`) with a tap in front of that
-engine and nothing else to do (no GPU, host or stall tracker); and this process, the
-clients. For each concurrency it streams once straight to the engine and once through
-the tap, `--repeat` times, and takes each frame's latency from its stamp to its
-arrival. The tap's added latency is the tapped percentile minus the direct one.
+Processes on loopback: a stand-in engine (a child) that streams `--frames` frames per
+request at `--rate` frames/s, each stamped with its CLOCK_MONOTONIC send time; the real
+exporter (a child, `python -m exporter`) with a tap in front of that engine and nothing
+else to do (no GPU, host or stall tracker); with `--nginx`, nginx (the system's binary,
+one process, its own configuration in a temporary directory) as a streaming reverse
+proxy in front of the same engine (`proxy_buffering off`, HTTP/1.1 with keep-alive to
+the engine); with `--floor`, a bare Python TCP relay; and this process, the clients. For
+each concurrency it streams straight to the engine, then through each relay, `--repeat`
+times, in the same run, and takes each frame's latency from its stamp to its arrival. A
+relay's added latency is its percentile minus the direct one.
 
-Its CPU is the exporter process's CPU time (/proc/<pid>/stat utime+stime) over the
-tapped run, less what the exporter spends with the tap idle over the same time
-(measured first, printed apart: the engine source polling the stand-in, which
-answers 404), per 1,000 frames and as a share of one core; the median of the
-repeats. The timing code alone (no network) is measured in this process for
-comparison. `--no-uvloop` runs the exporter on asyncio's loop even where uvloop is
-installed. `--batched` sends every stream's frames on one shared clock, as SGLang's
-decode steps give each running request its token at once; by default each stream
-keeps its own clock, and the frames of 16 streams rarely arrive together. Targets
-(docs/performance.md#the-stream-tap): p99 added under 2 ms; under 2 % of a core at 16
-streams x 100 frames/s.
+A relay's CPU is its process's CPU time (/proc/<pid>/stat utime+stime) over its run,
+less what it spends idle over the same time (measured first, printed apart: for the
+exporter, the engine source polling the stand-in, which answers 404), per 1,000 frames
+and as a share of one core; the median of the repeats. The timing code alone (no
+network) is measured in this process for comparison. `--no-uvloop` runs the exporter
+(and the bare relay) on asyncio's loop even where uvloop is installed. `--batched` sends
+every stream's frames on one shared clock, as SGLang's decode steps give each running
+request its token at once; by default each stream keeps its own clock, and the frames
+of 16 streams rarely arrive together. Targets (docs/performance.md#the-stream-tap): p99
+added under 2 ms; under 2 % of a core at 16 streams x 100 frames/s.
 """
 
 from __future__ import annotations
@@ -31,9 +33,13 @@ import asyncio
 import importlib.util
 import json
 import os
+import shutil
 import statistics
+import subprocess
 import sys
+import tempfile
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import aiohttp
@@ -145,6 +151,44 @@ def serve_floor(listen_port: int, engine_port: int) -> None:
     event_loop.run(main())
 
 
+# ------------------------------------------------------------------ nginx
+NGINX_CONF = """\
+daemon off;
+master_process off;  # one process: its CPU is one pid's
+worker_processes 1;
+error_log {tmp}/error.log warn;
+pid {tmp}/nginx.pid;
+events {{ worker_connections 1024; }}
+http {{
+    access_log off;
+    client_body_temp_path {tmp}/body;
+    proxy_temp_path {tmp}/proxy;
+    fastcgi_temp_path {tmp}/fastcgi;
+    uwsgi_temp_path {tmp}/uwsgi;
+    scgi_temp_path {tmp}/scgi;
+    upstream engine {{ server 127.0.0.1:{engine_port}; keepalive 32; }}
+    server {{
+        listen 127.0.0.1:{port};
+        location / {{
+            proxy_pass http://engine;
+            proxy_http_version 1.1;
+            proxy_set_header Connection "";
+            proxy_buffering off;
+            proxy_request_buffering off;
+            proxy_read_timeout 3600s;
+        }}
+    }}
+}}
+"""
+
+
+def start_nginx(binary: str, port: int, engine_port: int, tmp: Path) -> Process:
+    conf = tmp / "nginx.conf"
+    conf.write_text(NGINX_CONF.format(tmp=tmp, port=port, engine_port=engine_port))
+    return Process("nginx", [binary, "-p", str(tmp), "-e", str(tmp / "error.log"),
+                             "-c", str(conf)], tmp / "nginx.log")
+
+
 # ------------------------------------------------------------------ the clients
 async def one_stream(session: aiohttp.ClientSession, url: str, frames: int, rate: float,
                      shape: str, latencies: list[float], batched: bool) -> int:
@@ -206,11 +250,37 @@ def measured(url: str, pid: int, streams: int,
     return latencies, cpu_seconds(pid) - cpu_before, time.monotonic() - wall_before
 
 
-def idle_cpu_per_second(pid: int, seconds: float) -> float:
-    """The exporter's CPU seconds per second with the tap idle."""
-    before, started = cpu_seconds(pid), time.monotonic()
+@dataclass
+class Relay:
+    """One way to the engine, measured: the tap, nginx, the bare relay (or none: direct)."""
+
+    name: str
+    url: str
+    process: Process | None = None
+    #: CPU seconds per second with no traffic, subtracted from its runs.
+    idle: float = 0.0
+    latencies: list[float] = field(default_factory=list)
+    per_frame: list[float] = field(default_factory=list)
+    share: list[float] = field(default_factory=list)
+
+    def measure(self, streams: int, args: argparse.Namespace) -> None:
+        if self.process is None:
+            self.latencies += asyncio.run(run(self.url, streams, args.frames, args.rate,
+                                              args.shape, args.batched))
+            return
+        latencies, cpu, wall = measured(self.url, self.process.popen.pid, streams, args)
+        cpu -= self.idle * wall
+        self.latencies += latencies
+        self.per_frame.append(cpu / len(latencies))
+        self.share.append(cpu / wall)
+
+
+def idle_cpu_per_second(pids: list[int], seconds: float) -> list[float]:
+    """Each process's CPU seconds per second with no traffic, over the same seconds."""
+    before, started = [cpu_seconds(pid) for pid in pids], time.monotonic()
     time.sleep(seconds)
-    return (cpu_seconds(pid) - before) / (time.monotonic() - started)
+    wall = time.monotonic() - started
+    return [(cpu_seconds(pid) - cpu) / wall for pid, cpu in zip(pids, before, strict=True)]
 
 
 def main() -> None:
@@ -221,11 +291,15 @@ def main() -> None:
     parser.add_argument("--shape", choices=("chat", "native"), default="chat")
     parser.add_argument("--repeat", type=int, default=1, help="runs per concurrency level")
     parser.add_argument("--idle-seconds", type=float, default=10.0,
-                        help="how long the exporter's idle CPU is measured")
+                        help="how long the relays' idle CPU is measured")
     parser.add_argument("--no-uvloop", action="store_true",
                         help="run the exporter on asyncio's loop even if uvloop is installed")
     parser.add_argument("--batched", action="store_true",
                         help="every stream's frames on one shared clock, as decode steps are")
+    parser.add_argument("--nginx", nargs="?", const=shutil.which("nginx") or "/usr/sbin/nginx",
+                        metavar="BINARY",
+                        help="also time nginx as a streaming reverse proxy (default binary: "
+                             "the one on PATH)")
     parser.add_argument("--floor", action="store_true",
                         help="also time a bare TCP relay (no HTTP, no timing) for scale")
     parser.add_argument("--serve-engine", type=int, help=argparse.SUPPRESS)
@@ -249,63 +323,68 @@ def main() -> None:
         None, wait=False, uvloop=not args.no_uvloop)
     # What exporter.event_loop picks in the child.
     loop = "uvloop" if not args.no_uvloop and importlib.util.find_spec("uvloop") else "asyncio"
-    children = [exporter, engine]
-    floor_port = free_port()
-    if args.floor:
-        children.append(Process(
-            "bare relay",
-            [sys.executable, __file__, "--serve-floor", str(floor_port), str(engine_port)]
-            + (["--no-uvloop"] if args.no_uvloop else []), None))
-    try:
-        wait_ready(f"http://127.0.0.1:{engine_port}/health", engine)
-        exporter.wait_ready()
-        if args.floor:
-            wait_ready(f"http://127.0.0.1:{floor_port}/health", children[-1])
-        direct, tapped = f"http://127.0.0.1:{engine_port}", f"http://127.0.0.1:{tap_port}"
-        asyncio.run(run(tapped, 1, 50, args.rate, args.shape))  # warm up both paths
-        idle = idle_cpu_per_second(exporter.popen.pid, args.idle_seconds)
-        print(f"{args.shape} frames, {args.frames} per stream at {args.rate:g}/s"
-              f"{', batched' if args.batched else ''}, "
-              f"{args.repeat} run(s) each; exporter on {loop}; {os.cpu_count()} cores, "
-              f"load average {os.getloadavg()[0]:.1f}")
-        print(f"exporter with the tap idle: {idle * 1000:.2f} ms CPU per second "
-              f"({idle * 100:.3f} % of a core), subtracted below")
-        print(f"timing alone (parse + gap timer + histograms): "
-              f"{timing_cost(args.shape) * 1e6:.1f} us CPU per frame")
-        print("streams  direct p50/p99 ms  tapped p50/p99 ms  added p50/p99 ms  "
-              "tap CPU ms/1000 frames  tap CPU % of a core  load"
-              + ("  bare relay CPU ms/1000 frames, % of a core" if args.floor else ""))
-        for streams in (int(s) for s in args.streams.split(",")):
-            base: list[float] = []
-            through: list[float] = []
-            per_frame: list[float] = []
-            share: list[float] = []
-            floor_per_frame: list[float] = []
-            floor_share: list[float] = []
-            for _ in range(args.repeat):
-                base += asyncio.run(run(direct, streams, args.frames, args.rate, args.shape,
-                                        args.batched))
-                latencies, cpu, wall = measured(tapped, exporter.popen.pid, streams, args)
-                cpu -= idle * wall
-                through += latencies
-                per_frame.append(cpu / len(latencies))
-                share.append(cpu / wall)
-                if args.floor:
-                    latencies, cpu, wall = measured(f"http://127.0.0.1:{floor_port}",
-                                                    children[-1].popen.pid, streams, args)
-                    floor_per_frame.append(cpu / len(latencies))
-                    floor_share.append(cpu / wall)
-            d50, d99 = (percentile(base, q) * 1000 for q in (0.5, 0.99))
-            t50, t99 = (percentile(through, q) * 1000 for q in (0.5, 0.99))
-            floor = (f"  {statistics.median(floor_per_frame) * 1e6:29.1f}, "
-                     f"{statistics.median(floor_share) * 100:5.2f}" if args.floor else "")
-            print(f"{streams:7d}  {d50:7.3f} / {d99:7.3f}  {t50:7.3f} / {t99:7.3f}  "
-                  f"{t50 - d50:6.3f} / {t99 - d99:6.3f}  "
-                  f"{statistics.median(per_frame) * 1e6:21.1f}  "
-                  f"{statistics.median(share) * 100:18.2f}  {os.getloadavg()[0]:4.1f}{floor}")
-    finally:
-        for process in children:
-            process.stop()
+    direct = Relay("direct", f"http://127.0.0.1:{engine_port}")
+    relays = [Relay("tap", f"http://127.0.0.1:{tap_port}", exporter)]
+    children: list[Process] = [exporter, engine]
+    with tempfile.TemporaryDirectory(prefix="bench-tap-nginx-") as tmp:
+        try:
+            if args.nginx:
+                port = free_port()
+                relays.append(Relay("nginx", f"http://127.0.0.1:{port}",
+                                    start_nginx(args.nginx, port, engine_port, Path(tmp))))
+            if args.floor:
+                port = free_port()
+                relays.append(Relay("bare relay", f"http://127.0.0.1:{port}", Process(
+                    "bare relay", [sys.executable, __file__, "--serve-floor", str(port),
+                                   str(engine_port)] + (["--no-uvloop"] if args.no_uvloop
+                                                        else []), None)))
+            children += [r.process for r in relays[1:] if r.process is not None]
+            wait_ready(f"{direct.url}/health", engine)
+            exporter.wait_ready()
+            for relay in relays[1:]:
+                assert relay.process is not None
+                wait_ready(f"{relay.url}/health", relay.process)
+            for relay in relays:  # warm up every path
+                asyncio.run(run(relay.url, 1, 50, args.rate, args.shape))
+            idle = idle_cpu_per_second([r.process.popen.pid for r in relays if r.process],
+                                       args.idle_seconds)
+            for relay, cpu in zip(relays, idle, strict=True):
+                relay.idle = cpu
+            report(args, loop, relays, direct)
+        finally:
+            for process in children:
+                process.stop()
+
+
+def report(args: argparse.Namespace, loop: str, relays: list[Relay], direct: Relay) -> None:
+    print(f"{args.shape} frames, {args.frames} per stream at {args.rate:g}/s"
+          f"{', batched' if args.batched else ''}, "
+          f"{args.repeat} run(s) each; exporter on {loop}; {os.cpu_count()} cores, "
+          f"load average {os.getloadavg()[0]:.1f}")
+    if args.nginx:
+        version = subprocess.run([args.nginx, "-v"], capture_output=True, text=True)
+        print(f"nginx: {version.stderr.strip()}, one process, proxy_buffering off")
+    for relay in relays:
+        print(f"{relay.name} idle: {relay.idle * 1000:.2f} ms CPU per second "
+              f"({relay.idle * 100:.3f} % of a core), subtracted below")
+    print(f"timing alone (parse + gap timer + histograms): "
+          f"{timing_cost(args.shape) * 1e6:.1f} us CPU per frame")
+    print("streams  relay       p50/p99 ms         added p50/p99 ms   "
+          "CPU ms/1000 frames  CPU % of a core  load")
+    for streams in (int(s) for s in args.streams.split(",")):
+        for relay in (direct, *relays):
+            relay.latencies, relay.per_frame, relay.share = [], [], []
+        for _ in range(args.repeat):
+            for relay in (direct, *relays):
+                relay.measure(streams, args)
+        d50, d99 = (percentile(direct.latencies, q) * 1000 for q in (0.5, 0.99))
+        print(f"{streams:7d}  {'direct':10s}  {d50:7.3f} / {d99:7.3f}")
+        for relay in relays:
+            r50, r99 = (percentile(relay.latencies, q) * 1000 for q in (0.5, 0.99))
+            print(f"{streams:7d}  {relay.name.replace(' ', '-'):10s}  {r50:7.3f} / {r99:7.3f}  "
+                  f"{r50 - d50:7.3f} / {r99 - d99:7.3f}  "
+                  f"{statistics.median(relay.per_frame) * 1e6:18.1f}  "
+                  f"{statistics.median(relay.share) * 100:15.2f}  {os.getloadavg()[0]:4.1f}")
 
 
 if __name__ == "__main__":

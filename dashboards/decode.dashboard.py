@@ -13,6 +13,7 @@ from grafanalib.core import Dashboard
 from dashboards.panels import (
     UIDS,
     Section,
+    falling_steps,
     heatmap,
     on_off,
     rate,
@@ -135,7 +136,8 @@ def build(t: Thresholds) -> Dashboard:
             "Tokens/s: generated, probe decode speed",
             "Generated tokens per second over all requests, the decode speed of the last"
             " probe (its tokens over its decode time), and tokens per second streamed"
-            " through the tap.",
+            " through the tap, as the streams report them (an OpenAI stream without"
+            " include_usage reports none).",
             "short",
             targets(
                 (rate("rig_engine_generation_tokens_total"), "{{engine}} generated"),
@@ -160,12 +162,43 @@ def build(t: Thresholds) -> Dashboard:
         ),
         timeseries(
             "Stream tap requests by outcome",
-            "Streamed requests through the tap per second, by outcome: ok, error (the"
-            " engine failed or refused), client_closed (the agent hung up first).",
+            "Streaming generation requests through the tap per second, by outcome: ok,"
+            " error (the engine refused, failed or broke mid-stream), client_closed (the"
+            " agent hung up, before the headers or after), untimed (a stream the tap cannot"
+            " read, such as gzip: relayed but not timed).",
             "reqps",
             targets((f"sum by (job, instance, rig, engine, outcome) "
                      f"({rate('rig_stream_requests_total')})", "{{engine}} {{outcome}}")),
             w=8,
+        ),
+    ])
+    speculative = Section("Speculative decoding", [
+        timeseries(
+            "Speculative decoding: tokens per step",
+            "Tokens accepted per decode step as the engine counts them (accepted drafts and"
+            " the bonus token, over its last decode log interval; it keeps the last value"
+            " while idle), and tokens per frame through the stream tap, where the streams"
+            " report their usage (a frame is one step's output for one request). Absent"
+            " without speculative decoding. Dashed line: the"
+            f" {t.spec_accept_length:g} warning, which counts only while decoding.",
+            "short",
+            targets(
+                (sel("rig_engine_spec_accept_length"), "{{engine}} accepted per step"),
+                (f"{rate('rig_stream_generated_tokens_total')}"
+                 f" / ({rate('rig_stream_frames_total')} > 0)",
+                 "{{engine}} tokens per frame through the tap"),
+            ),
+            thresholds=falling_steps(("orange", t.spec_accept_length)),
+            alerts=("RigSpecDecodeAcceptanceLow",),
+            min_value=0,
+        ),
+        timeseries(
+            "Speculative decoding: drafts accepted",
+            "The share of draft tokens the target model accepted, over the engine's last"
+            " decode log interval. Absent without speculative decoding.",
+            "percentunit",
+            targets((sel("rig_engine_spec_accept_ratio"), "{{engine}} drafts accepted")),
+            min_value=0, max_value=1,
         ),
     ])
     latency = Section("Latency", [
@@ -195,7 +228,7 @@ def build(t: Thresholds) -> Dashboard:
         UIDS["decode"],
         "Token gaps from the stream tap, the probe and the stall tracker, on one time axis"
         " with decode batches and the scheduler's queue; TTFT and ITL quantiles.",
-        [gaps, engine, latency],
+        [gaps, engine, speculative, latency],
     )
 
 

@@ -77,6 +77,15 @@ def _families(t: Thresholds) -> list:
             link=DECODE, alerts=("RigQueueHeadOfLine",),
         ),
         stat(
+            "Speculative decoding",
+            "The lowest engine's accepted tokens per decode step (no data without"
+            " speculative decoding).",
+            "short",
+            targets((f"min({sel('rig_engine_spec_accept_length')})", "per step")),
+            thresholds=falling_steps(("orange", t.spec_accept_length)),
+            link=DECODE, alerts=("RigSpecDecodeAcceptanceLow",),
+        ),
+        stat(
             "KV pool",
             "The fullest engine's KV pool usage.",
             "percentunit",

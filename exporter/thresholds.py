@@ -58,6 +58,13 @@ class Thresholds:
     engine_down_for_seconds: int = 300
     queue_wait_seconds: int = 300
 
+    # --- speculative decoding -----------------------------------------------
+    # The rig decodes with MTP=3: up to 4 tokens a step. Below 1.5 accepted tokens a
+    # step (the engine's spec_accept_length) the drafts buy little of the speed the
+    # owner sized the rig by; held while decoding.
+    spec_accept_length: float = 1.5
+    spec_accept_low_for_seconds: int = 600
+
     # --- KV pool ------------------------------------------------------------
     kv_usage_ratio: float = 0.95
     kv_saturated_for_seconds: int = 300

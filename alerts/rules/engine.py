@@ -1,4 +1,5 @@
-"""Engine alerts: decode starvation and stutter, engine down or wedged, queue, KV pool."""
+"""Engine alerts: decode starvation and stutter, engine down or wedged, queue, KV pool,
+speculative decoding's acceptance."""
 
 from __future__ import annotations
 
@@ -37,6 +38,9 @@ def engine_alerts(t: Thresholds) -> list[Alert]:
                        " / 2")
     held = (f", held {dur(t.decode_starvation_for_seconds)}"
             if t.decode_starvation_for_seconds else "")
+    spec_low = num(t.spec_accept_length)
+    spec_for = dur(t.spec_accept_low_for_seconds)
+    rate_window = dur(t.rate_window_seconds)
     return [
         Alert(
             "RigDecodeStarvation",
@@ -194,5 +198,24 @@ increase(rig_engine_retracted_requests_total[{kv_for}]) > 0
             + kv_for + " for lack of KV space.",
             "How many long contexts run at once: rig_engine_running_requests and their sizes.",
             signal="retractions",
+        ),
+        Alert(
+            "RigSpecDecodeAcceptanceLow",
+            "warning",
+            # The engine's gauge keeps its last decode log interval's value while idle,
+            # so it counts only while decode batches run (rig_engine_decode_batches_total).
+            f"""
+rig_engine_spec_accept_length < {spec_low}
+and on({ENGINE})
+increase(rig_engine_decode_batches_total[{rate_window}]) > 0
+""",
+            t.spec_accept_low_for_seconds,
+            f"Speculative decoding has accepted fewer than {spec_low} tokens a decode step"
+            f" for {spec_for} while decoding.",
+            ENGINE_SUBJECT
+            + ' accepts {{ $value | printf "%.2f" }} tokens a decode step with speculative'
+            f" decoding (alert below {spec_low}, held {spec_for}).",
+            "The engine log's `accept len` lines; the agents' sampling temperature; draft (MTP)"
+            " weights matching the model.",
         ),
     ]

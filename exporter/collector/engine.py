@@ -49,6 +49,11 @@ DOCS = {
     "time_to_first_token_seconds": "Time to first token, as the engine measures it.",
     "inter_token_latency_seconds": "Inter-token latency, as the engine measures it; it "
                                    "spreads a stall over the tokens after it.",
+    "spec_accept_length": "Speculative decoding: tokens accepted per decode step (accepted "
+                          "drafts + the bonus token) over the engine's last decode log "
+                          "interval; absent with it off.",
+    "spec_accept_ratio": "Speculative decoding: the share of draft tokens accepted over the "
+                         "engine's last decode log interval, 0-1; absent with it off.",
 }
 
 

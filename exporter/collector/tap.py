@@ -6,6 +6,7 @@
     rig_stream_max_token_gap_seconds{engine="main",kind="sglang"} 47.2
     rig_stream_active{engine="main",kind="sglang"} 2.0
     rig_stream_generated_tokens_total{engine="main",kind="sglang"} 20566.0
+    rig_stream_frames_total{engine="main",kind="sglang"} 7012.0
 """
 
 from __future__ import annotations
@@ -30,8 +31,10 @@ from exporter.tap.state import OUTCOMES, TapReading
 def _(reading: TapReading) -> Iterator[Metric]:
     ids = engine_label_values(reading)
     requests = counter("stream_requests_total",
-                       "Streamed responses through the tap by outcome, and requests the "
-                       "upstream failed before answering (outcome=error, a 502).",
+                       "Tap: streaming generation requests by outcome: ok, error (an HTTP "
+                       "error, an error frame, the engine unreachable or broken), "
+                       "client_closed (before the headers or after), untimed (a stream the "
+                       "tap cannot read, relayed all the same).",
                        [*ENGINE_LABELS, "outcome"])
     for outcome in OUTCOMES:
         requests.add_metric([*ids, outcome], reading.requests[outcome])
@@ -55,7 +58,13 @@ def _(reading: TapReading) -> Iterator[Metric]:
     active.add_metric(ids, reading.active)
     yield active
     tokens = counter("stream_generated_tokens_total",
-                     "Tap: tokens generated in streamed responses (the engine's count where "
-                     "the stream reports it, else one per content frame).", ENGINE_LABELS)
+                     "Tap: tokens generated in streamed responses, as the streams reported "
+                     "them (meta_info, usage); a stream that reports none adds none.",
+                     ENGINE_LABELS)
     tokens.add_metric(ids, reading.generated_tokens)
     yield tokens
+    frames = counter("stream_frames_total",
+                     "Tap: frames that carried tokens, all streams (under speculative "
+                     "decoding one frame carries several tokens).", ENGINE_LABELS)
+    frames.add_metric(ids, reading.frames)
+    yield frames

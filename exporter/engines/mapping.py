@@ -44,6 +44,9 @@ class Rule:
     #: Written by every TP rank; without a `tp_rank` label the multiprocess registry
     #: has added the ranks up, so the value is divided by tp_size.
     per_tp_rank: bool = False
+    #: No reading unless this rig family (this one or another) reads above 0: for
+    #: values an engine writes as 0 when it has measured nothing.
+    reading_if_positive: str | None = None
 
 
 @dataclass(frozen=True)
@@ -127,6 +130,14 @@ SGLANG = EngineTable(
         Rule("inter_token_latency_seconds", "histogram",
              (Upstream("inter_token_latency_seconds"),
               Upstream("time_per_output_token_seconds"))),
+        # Speculative decoding, per decode log interval
+        # (docs/facts/sglang.md#speculative-decoding): both gauges read 0 with it off and
+        # before the first decode log, while a measured acceptance length is at least 1
+        # (the bonus token), so a 0 length is no reading and neither is the rate beside it.
+        Rule("spec_accept_length", "gauge", _one("spec_accept_length"), combine="max",
+             reading_if_positive="spec_accept_length"),
+        Rule("spec_accept_ratio", "gauge", _one("spec_accept_rate"), combine="max",
+             reading_if_positive="spec_accept_length"),
     ),
     decode_progress=_SGLANG_DECODE_BATCHES,
     running=_SGLANG_RUNNING,

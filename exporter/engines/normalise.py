@@ -72,6 +72,9 @@ def normalise(exposition: Exposition, table: EngineTable, tp_size: int = 1) -> E
                         "tp_rank" in s.labels for s in samples):
                     value /= tp_size
                 metrics.values[rule.family] = value
+    for rule in table.rules:
+        if rule.reading_if_positive and not metrics.values.get(rule.reading_if_positive, 0) > 0:
+            metrics.values.pop(rule.family, None)
     return metrics
 
 

@@ -104,7 +104,7 @@ class StreamProbe:
                 await self._stream(meter)
         except TimeoutError:
             return _result(meter, False, f"no end of stream within {deadline:g} s "
-                                         f"({meter.timer.tokens} tokens so far)", self.clock())
+                                         f"({meter.timer.tokens or 0} tokens so far)", self.clock())
         except (aiohttp.ClientError, SourceError) as exc:
             return _result(meter, False, f"{type(exc).__name__}: {exc}", None)
         if meter.unrecognised:
@@ -114,7 +114,7 @@ class StreamProbe:
             return _result(meter, False, f"error frame: {meter.error}", None)
         if not meter.done:
             return _result(meter, False, "stream ended without [DONE]", None)
-        if meter.timer.tokens == 0:
+        if not meter.timer.tokens:
             return _result(meter, False, "stream ended with no tokens", None)
         return _result(meter, True, "", None)
 
@@ -148,7 +148,7 @@ def _result(meter: StreamMeter, success: bool, reason: str,
         ttft_seconds=timing.ttft_seconds,
         gaps_seconds=timing.gaps_seconds,
         max_gap_seconds=timing.max_gap_seconds,
-        tokens=timing.tokens,
+        tokens=timing.tokens or 0,  # native frames always count them
         decode_tokens_per_second=timing.decode_tokens_per_second,
     )
 

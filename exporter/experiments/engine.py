@@ -84,5 +84,8 @@ def stream_request(api: str, prompt: list[int], max_new_tokens: int) -> tuple[st
         }
     return "/v1/completions", {
         "prompt": prompt, "stream": True, "max_tokens": max_new_tokens, "temperature": 0,
-        "ignore_eos": True, "stream_options": {"include_usage": True},
+        # Usage on every chunk: a chunk may carry several tokens (speculative decoding),
+        # and only the engine's count says how many (SGLang and vLLM both honour it).
+        "ignore_eos": True,
+        "stream_options": {"include_usage": True, "continuous_usage_stats": True},
     }

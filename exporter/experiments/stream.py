@@ -45,11 +45,14 @@ class Stream:
                 raise StreamFailed(f"{self.path}: HTTP {response.status}: {head.strip()}")
             async for chunk in response.content.iter_any():
                 now = self.clock()
-                before = meter.timer.tokens
+                before = meter.timer.frames
                 meter.feed(chunk, now)
                 if meter.error is not None:
                     raise StreamFailed(f"{self.path}: error frame: {meter.error}")
-                if meter.timer.tokens > before:
+                if meter.timer.frames > before:
+                    if meter.timer.tokens is None:  # a frame may carry several tokens
+                        raise StreamFailed(f"{self.path}: the stream does not count its "
+                                           "tokens (stream_options.continuous_usage_stats)")
                     self.arrivals.append((now, meter.timer.tokens))
                     self.first_token.set()
                 if meter.done:

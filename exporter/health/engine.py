@@ -1,6 +1,6 @@
 """Engine checks, mirroring alerts/rules/engine.py: engine up, decode starvation and
 stutter, a wedged engine (the stream probe, or the queue where no probe runs), the
-queue, the KV pool."""
+queue, the KV pool, speculative decoding's acceptance."""
 
 from __future__ import annotations
 
@@ -29,6 +29,7 @@ def engine_signals(c: Context) -> list[Signal]:
         out += _wedged(c, labels, reading)
         out += _queue(c, labels, reading)
         out += _kv_pool(c, labels, reading)
+        out += _spec_acceptance(c, labels, reading)
     return out
 
 
@@ -201,3 +202,22 @@ def _kv_pool(c: Context, labels: dict[str, str], reading: EngineReading) -> list
         out.append(signal("kv_pool", labels, "RigKVPoolSaturated", (Stage("warning", 0),),
                           holds, retracted, 0, "requests", reason, "retractions"))
     return out
+
+
+def _spec_acceptance(c: Context, labels: dict[str, str], reading: EngineReading) -> list[Signal]:
+    """RigSpecDecodeAcceptanceLow: fewer accepted tokens a step than the threshold while
+    decode batches ran over the rate window (the gauge keeps its last value while idle)."""
+    t, name, values = c.t, labels["engine"], reading.metrics.values
+    length = values.get("spec_accept_length")
+    if length is None:
+        return []  # no speculative decoding
+    window = t.rate_window_seconds
+    batches = c.history.increase(("engine", name, "decode_batches_total"), c.now, window)
+    holds: bool | None = length < t.spec_accept_length and bool(batches)
+    reason = (f"{name}: speculative decoding accepts {length:.2f} tokens a decode step, "
+              f"{batches or 0:.0f} decode batches in the last {seconds(window)}")
+    if length < t.spec_accept_length and batches is None:
+        holds, reason = None, f"{name}: {length:.2f} tokens a step; decode batches unknown yet"
+    return [signal("spec_acceptance", labels, "RigSpecDecodeAcceptanceLow",
+                   (Stage("warning", t.spec_accept_low_for_seconds),), holds, length,
+                   t.spec_accept_length, "tokens", reason, sustained=True)]

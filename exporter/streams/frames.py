@@ -1,19 +1,33 @@
 """What one `data:` payload carries: tokens, the end of the stream, an error, usage.
 
-Three shapes reach the rig (checked in sglang 0.5.23 and vllm 0.33.0 wheels):
-- SGLang native `/generate`: `{"text", "output_ids", "meta_info": {"completion_tokens"
-  (cumulative), "cached_tokens", "prompt_tokens", ...}}` (tokenizer_manager.py). A
-  frame carries tokens when `completion_tokens` grew.
-- OpenAI chunks (`/v1/chat/completions`, `/v1/completions`): `choices[].delta.content`
-  (chat; also `reasoning_content` in SGLang, `reasoning` in vLLM, `tool_calls`) or
-  `choices[].text` (completions). The final chunk may carry `usage` with
-  `completion_tokens` and `prompt_tokens_details.cached_tokens` (SGLang with
-  `--enable-cache-report`, vLLM with `--enable-prompt-tokens-details`).
-- Errors inside a stream: `{"error": {"message": ...}}` in both engines, then `[DONE]`.
+Five shapes reach the rig (checked in the sglang 0.5.10 and 0.5.23 and vllm 0.33.0 wheels):
+- SGLang native `/generate` (and `/vertex_generate`): `{"text", "output_ids", "meta_info":
+  {"completion_tokens" (cumulative), "cached_tokens", "prompt_tokens", ...}}`
+  (tokenizer_manager.py). A frame carries tokens when `completion_tokens` grew.
+- OpenAI chunks (`/v1/chat/completions`, `/v1/completions`, `/invocations`):
+  `choices[].delta.content` (chat; also `reasoning_content` in SGLang, `reasoning` in
+  vLLM, `tool_calls`) or `choices[].text` (completions). `usage` with the cumulative
+  `completion_tokens` comes on the final chunk (`stream_options.include_usage`) or on
+  every chunk (`continuous_usage_stats`), with `prompt_tokens_details.cached_tokens`
+  (SGLang with `--enable-cache-report`, vLLM with `--enable-prompt-tokens-details`).
+- Anthropic Messages (`/v1/messages`, anthropic/serving.py): `event:` + `data:` events
+  whose data names its own `type`. `content_block_delta` with a `text_delta`,
+  `thinking_delta` or `input_json_delta` carries tokens (a `signature_delta` does not);
+  `message_delta.usage.output_tokens` is the count, `message_stop` the end.
+- OpenAI Responses (`/v1/responses`, serving_responses.py): typed events too; a
+  `response.*.delta` with text carries tokens (`response.output_text.delta`, and the
+  reasoning and tool-argument deltas), `response.completed` or `response.incomplete`
+  ends it with `response.usage.output_tokens`, `response.failed` with `response.error`.
+- Errors inside a stream: `{"error": {"message": ...}}` (SGLang, vLLM, Anthropic's
+  `error` event), then `[DONE]` where the API has one.
+
+Only what the stream says is a count: a frame's number of tokens is never guessed (with
+speculative decoding one frame carries several).
 
 The tap meets every frame of every stream, so the common ones are told from their
 bytes, without decoding the JSON: an OpenAI chunk with text and nothing else the
-meter reads (`_is_text_chunk`), and the meta_info of a native frame (`_tail_meta_info`).
+meter reads (`_is_text_chunk`), an Anthropic or Responses delta with text
+(`_is_event_delta`), and the meta_info of a native frame (`_tail_meta_info`).
 Everything else is decoded whole.
 """
 
@@ -29,6 +43,10 @@ _FAST_PATH_BYTES = 4096
 # A key, not text: inside a JSON string every quote is escaped (`\"`).
 _KEY_END = re.compile(rb"\s*:\s*")
 _DELTA_FIELDS = ("content", "reasoning_content", "reasoning", "tool_calls")
+# Anthropic deltas that carry generated tokens; a signature_delta closes a thinking block.
+_ANTHROPIC_TOKEN_DELTAS = frozenset({"text_delta", "thinking_delta", "input_json_delta"})
+# The Responses events that end a stream with its usage (ResponsesLifecycleEvent).
+_RESPONSES_ENDS = frozenset({"response.completed", "response.incomplete"})
 _decoder = json.JSONDecoder()
 
 # In JSON an unescaped quote never occurs inside a string, so these match keys, never
@@ -43,6 +61,13 @@ _CHOICES = re.compile(rb'"choices"\s*:\s*\[')
 # on every chunk (pydantic model_dump_json, protocol.py ChatCompletionStreamResponse).
 _MORE = re.compile(rb'"(?:usage|error|meta_info)"')
 _USAGE_NULL = re.compile(rb'"usage"\s*:\s*null\s*[,}]')
+# The typed events' deltas: the event's type, then what says it carries text (an
+# Anthropic token delta's own type, a Responses delta's non-empty string). Any key
+# beyond them sends the event to the whole decode.
+_EVENT_DELTA = re.compile(rb'"type"\s*:\s*"(content_block_delta|response\.[a-z_.]+\.delta)"')
+_ANTHROPIC_TEXT = re.compile(rb'"type"\s*:\s*"(?:text|thinking|input_json)_delta"')
+_RESPONSES_TEXT = re.compile(rb'"delta"\s*:\s*"[^"]')
+_EVENT_MORE = re.compile(rb'"(?:usage|error|meta_info|choices|response)"')
 
 
 @dataclass(frozen=True)
@@ -61,13 +86,18 @@ class Frame:
 _DONE_FRAME = Frame(done=True)
 _UNRECOGNISED = Frame(recognised=False)
 _TEXT_CHUNK = Frame(content=True)
+_NO_CONTENT = Frame(content=False)
+# The event types of the Messages API stream (anthropic/protocol.py); `error` is read
+# as an error frame before.
+_ANTHROPIC_EVENTS = frozenset({"message_start", "content_block_start", "content_block_delta",
+                               "content_block_stop", "message_delta", "message_stop", "ping"})
 
 
 def parse_frame(payload: bytes) -> Frame:
     """Read one payload; anything that is not one of the shapes above is `recognised=False`."""
     if payload == DONE:
         return _DONE_FRAME
-    if _is_text_chunk(payload):
+    if _is_text_chunk(payload) or _is_event_delta(payload):
         return _TEXT_CHUNK
     # A small frame may be an error frame; a large one is a native frame whose text
     # may say "error" (an error frame is one short line).
@@ -95,6 +125,12 @@ def decode_frame(payload: bytes) -> Frame:
         return _native(meta)
     if isinstance(body.get("choices"), list):
         return _openai(body)
+    kind = body.get("type")
+    if isinstance(kind, str):
+        if kind.startswith("response."):
+            return _responses(kind, body)
+        if kind in _ANTHROPIC_EVENTS:
+            return _anthropic(kind, body)
     return _UNRECOGNISED
 
 
@@ -112,6 +148,18 @@ def _is_text_chunk(payload: bytes) -> bool:
     if _CHOICES.search(payload) is None:
         return False
     text = _DELTA_TEXT if b'"delta"' in payload else _CHOICE_TEXT
+    return text.search(payload) is not None
+
+
+def _is_event_delta(payload: bytes) -> bool:
+    """An Anthropic `content_block_delta` or a Responses `response.*.delta` that carries
+    text and nothing else: what the full decode reads as `Frame(content=True)`."""
+    if payload[:1] != b"{" or payload[-1:] != b"}" or _EVENT_MORE.search(payload):
+        return False
+    kind = _EVENT_DELTA.search(payload)
+    if kind is None:
+        return False
+    text = _ANTHROPIC_TEXT if kind.group(1) == b"content_block_delta" else _RESPONSES_TEXT
     return text.search(payload) is not None
 
 
@@ -143,6 +191,47 @@ def _openai(body: dict) -> Frame:
     details = usage.get("prompt_tokens_details")
     cached = _count(details.get("cached_tokens")) if isinstance(details, dict) else None
     return Frame(content=content, completion_tokens=_count(usage.get("completion_tokens")),
+                 cached_tokens=cached)
+
+
+def _anthropic(kind: str, body: dict) -> Frame:
+    if kind == "content_block_delta":
+        delta = body.get("delta")
+        return Frame(content=isinstance(delta, dict)
+                     and delta.get("type") in _ANTHROPIC_TOKEN_DELTAS)
+    if kind == "message_delta":
+        usage = body.get("usage")
+        if isinstance(usage, dict):
+            return Frame(content=False, completion_tokens=_count(usage.get("output_tokens")))
+    elif kind == "message_start":
+        message = body.get("message")
+        usage = message.get("usage") if isinstance(message, dict) else None
+        if isinstance(usage, dict):
+            return Frame(content=False,
+                         cached_tokens=_count(usage.get("cache_read_input_tokens")))
+    elif kind == "message_stop":
+        return Frame(done=True, content=False)
+    return _NO_CONTENT
+
+
+def _responses(kind: str, body: dict) -> Frame:
+    if kind.endswith(".delta"):
+        delta = body.get("delta")
+        return Frame(content=isinstance(delta, str) and delta != "")
+    response = body.get("response")
+    if not isinstance(response, dict):
+        return _NO_CONTENT
+    if kind == "response.failed":
+        return Frame(done=True, content=False,
+                     error=_error_message(response.get("error") or "response.failed"))
+    if kind not in _RESPONSES_ENDS:
+        return _NO_CONTENT
+    usage = response.get("usage")
+    if not isinstance(usage, dict):
+        return Frame(done=True, content=False)
+    details = usage.get("input_tokens_details")
+    cached = _count(details.get("cached_tokens")) if isinstance(details, dict) else None
+    return Frame(done=True, content=False, completion_tokens=_count(usage.get("output_tokens")),
                  cached_tokens=cached)
 
 

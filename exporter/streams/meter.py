@@ -42,9 +42,7 @@ class StreamMeter:
         timer = self.timer
         counted = frame.completion_tokens
         carries = frame.content if frame.content is not None else (
-            counted is not None and counted > timer.tokens)
-        if not carries:
-            if counted is not None:  # a usage chunk: the engine's own count wins
-                timer.tokens = max(timer.tokens, counted)
-            return None
-        return timer.content(now, counted if counted is not None else timer.tokens + 1)
+            counted is not None and counted > (timer.tokens or 0))
+        if counted is not None:  # the engine's own count, the only one taken
+            timer.count(counted)
+        return timer.content(now) if carries else None

@@ -4,6 +4,10 @@ TTFT runs from the request sent to the first frame with a token. A gap runs betw
 two such frames; frames with no new token (an OpenAI role chunk, a usage chunk) end
 no gap, because the client got no text. A gap still open counts only after the first
 token: before it the client is waiting for its TTFT, not stalled mid-answer.
+
+Frames and tokens are counted apart: a frame may carry several tokens (speculative
+decoding accepts up to MTP+1 a step), and only the engine's own count, where the
+stream reports one, says how many (`tokens`; None until it does).
 """
 
 from __future__ import annotations
@@ -17,8 +21,12 @@ class StreamTiming:
     gaps_seconds: tuple[float, ...]  # empty unless the timer keeps them
     gap_count: int
     max_gap_seconds: float | None
-    tokens: int
-    #: Decode only: the tokens after the first frame over the time they took.
+    #: Frames that carried tokens.
+    frames: int
+    #: Tokens generated, as the stream reported them; None if it never did.
+    tokens: int | None
+    #: Decode only: the tokens after the first frame over the time they took (None
+    #: where the stream does not count its tokens frame by frame).
     decode_tokens_per_second: float | None
 
 
@@ -27,19 +35,25 @@ class GapTimer:
     sent_at: float
     #: The probe and the bench keep every gap; the tap only counts them (bounded memory).
     keep_gaps: bool = True
-    tokens: int = 0
+    frames: int = 0
+    tokens: int | None = None
     first_at: float | None = None
     last_at: float | None = None
-    first_tokens: int = 0
-    last_tokens: int = 0
+    first_tokens: int | None = None
+    last_tokens: int | None = None
     gap_count: int = 0
     max_gap: float | None = None
     gaps: list[float] = field(default_factory=list)
 
-    def content(self, now: float, tokens: int) -> float | None:
-        """A frame with tokens arrived; `tokens` is the stream's total so far.
+    def count(self, tokens: int) -> None:
+        """The stream reported its cumulative token count."""
+        if self.tokens is None or tokens > self.tokens:
+            self.tokens = tokens
+
+    def content(self, now: float) -> float | None:
+        """A frame with tokens arrived (counted first, where it carries a count).
         Returns the gap it ended, None for the first frame."""
-        self.tokens = max(self.tokens, tokens)
+        self.frames += 1
         self.last_tokens = self.tokens
         if self.last_at is None:
             self.first_at = self.last_at = now
@@ -65,13 +79,16 @@ class GapTimer:
         if open_gap is not None and (longest is None or open_gap > longest):
             longest = open_gap
         rate = None
-        if self.first_at is not None and self.last_at is not None and self.last_at > self.first_at:
+        if (self.first_at is not None and self.last_at is not None
+                and self.last_at > self.first_at and self.first_tokens is not None
+                and self.last_tokens is not None):
             rate = (self.last_tokens - self.first_tokens) / (self.last_at - self.first_at)
         return StreamTiming(
             ttft_seconds=None if self.first_at is None else self.first_at - self.sent_at,
             gaps_seconds=tuple(self.gaps),
             gap_count=self.gap_count,
             max_gap_seconds=longest,
+            frames=self.frames,
             tokens=self.tokens,
             decode_tokens_per_second=rate,
         )

@@ -3,8 +3,8 @@
 Requests go upstream as they came (method, path, query, headers but the hop-by-hop
 ones, body streamed); responses come back byte for byte as they arrive, each chunk
 written before the next is read, so a slow client slows the engine's stream and
-a slow engine is never waited on whole. Only `text/event-stream` responses are
-timed (TapState); the rest just pass.
+a slow engine is never waited on whole. Only generation requests are counted and
+only their `text/event-stream` responses timed (TapState); the rest just pass.
 
 A client that goes away cancels its handler at once (aiohttp's handler_cancellation),
 which closes the upstream connection, and the engine aborts the generation (SGLang
@@ -23,7 +23,8 @@ from multidict import CIMultiDict, CIMultiDictProxy
 from yarl import URL
 
 from exporter.log_limits import Conditions
-from exporter.tap.state import TapState
+from exporter.tap.asks import StreamAsk
+from exporter.tap.state import LiveStream, TapState
 
 log = logging.getLogger(__name__)
 
@@ -35,6 +36,7 @@ HOP_BY_HOP = frozenset({"connection", "keep-alive", "proxy-connection", "proxy-a
 # Reading the client's body and the engine's stream in pieces keeps memory per
 # stream bounded however long either is.
 READ_CHUNK_BYTES = 64 * 1024
+SSE = "text/event-stream"
 
 
 def forwarded_headers(headers: CIMultiDictProxy[str] | CIMultiDict[str]) -> CIMultiDict[str]:
@@ -95,31 +97,63 @@ class TapProxy:
                        session: aiohttp.ClientSession) -> web.StreamResponse:
         # encoded=True: the path and query go on exactly as the client wrote them.
         url = URL(self.upstream_url + request.rel_url.raw_path_qs, encoded=True)
-        body = _body(request) if request.body_exists else None
+        ask = StreamAsk.of(request.method, request.path)
+        body = _body(request, ask) if request.body_exists else None
         sent_at = self.state.clock()
         try:
             upstream = await session.request(
                 request.method, url, headers=forwarded_headers(request.headers), data=body,
                 allow_redirects=False, skip_auto_headers=("Accept-Encoding", "User-Agent",
                                                           "Content-Type"))
+        except asyncio.CancelledError:
+            if ask is not None and ask.streaming:
+                self.state.count("client_closed")  # it left before the headers came
+            raise
         except (aiohttp.ClientError, OSError, TimeoutError) as exc:
-            self.state.failed()
             reason = " ".join(f"{type(exc).__name__}: {exc}".split())
             self._conditions.failed(f"tap upstream {self.upstream_url}",
                                     f"{request.method} {url.path}: {reason}",
                                     kind=type(exc).__name__)
+            if ask is not None:
+                if not ask.decided and request.body_exists:
+                    # The engine never took the body: read it here for its flag.
+                    async for chunk in request.content.iter_chunked(READ_CHUNK_BYTES):
+                        ask.feed(chunk)
+                if ask.streaming:
+                    self.state.count("error")
             return web.Response(status=502, text=f"tap: upstream {self.upstream_url} "
                                                  f"failed: {reason}\n")
         self._conditions.ok(f"tap upstream {self.upstream_url}")
         async with upstream:
-            return await self._relay(request, upstream, sent_at)
+            return await self._relay(request, upstream, sent_at, ask)
+
+    def _counted_as(self, upstream: aiohttp.ClientResponse,
+                    ask: StreamAsk | None) -> str | None:
+        """How a generation response counts if it ends cleanly: `ok` for a stream to
+        time, `error` or `untimed`; None for what is no stream (a non-streamed answer)."""
+        if ask is None:
+            return None
+        sse = upstream.content_type == SSE
+        if upstream.status >= 400:
+            return "error" if sse or ask.streaming else None
+        encoding = upstream.headers.get("Content-Encoding", "identity").lower()
+        if sse and encoding != "identity":
+            self.state.untimed(f"encoding {encoding}", f"Content-Encoding: {encoding}")
+            return "untimed"
+        if sse:
+            return "ok"
+        if ask.streaming:
+            self.state.untimed(f"type {upstream.content_type}",
+                               f"Content-Type: {upstream.content_type}")
+            return "untimed"
+        return None
 
     async def _relay(self, request: web.Request, upstream: aiohttp.ClientResponse,
-                     sent_at: float) -> web.StreamResponse:
+                     sent_at: float, ask: StreamAsk | None) -> web.StreamResponse:
         response = web.StreamResponse(status=upstream.status, reason=upstream.reason,
                                       headers=forwarded_headers(upstream.headers))
-        timed = upstream.content_type == "text/event-stream"
-        stream = self.state.open(sent_at) if timed else None
+        counted = self._counted_as(upstream, ask)
+        stream: LiveStream | None = self.state.open(sent_at) if counted == "ok" else None
         outcome = "error"
         try:
             await response.prepare(request)
@@ -131,7 +165,7 @@ class TapProxy:
                 await response.write(chunk)
             await response.write_eof()
             self._conditions.ok(f"tap upstream {self.upstream_url} mid-response")
-            outcome = "ok" if upstream.status < 400 else "error"
+            outcome = counted or "ok"
         except (asyncio.CancelledError, ConnectionResetError):
             outcome = "client_closed"  # the client went away: leaving closes the upstream
             raise
@@ -147,9 +181,13 @@ class TapProxy:
         finally:
             if stream is not None:
                 self.state.close(stream, outcome)
+            elif counted is not None:
+                self.state.count(outcome)
         return response
 
 
-async def _body(request: web.Request) -> AsyncIterator[bytes]:
+async def _body(request: web.Request, ask: StreamAsk | None) -> AsyncIterator[bytes]:
     async for chunk in request.content.iter_chunked(READ_CHUNK_BYTES):
+        if ask is not None:
+            ask.feed(chunk)
         yield chunk

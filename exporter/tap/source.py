@@ -37,7 +37,8 @@ class TapSource:
     def __init__(self, config: EngineConfig, state: TapState | None = None) -> None:
         self.config = config
         self.name = f"tap/{config.name}"
-        self.state = state or TapState(window_seconds=config.stall_window_seconds)
+        self.state = state or TapState(window_seconds=config.stall_window_seconds,
+                                       name=config.name)
         self.proxy = TapProxy(config.url, self.state)
         self._runner: web.AppRunner | None = None
         self._site: web.TCPSite | None = None

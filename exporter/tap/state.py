@@ -4,10 +4,17 @@ The proxy hands each streamed response's bytes here as they pass; this module
 times them with `exporter.streams` and keeps only fixed-size aggregates (two
 histograms, counters, a window of the longest gap per second, one slot a second)
 plus one meter per stream in flight. Nothing here grows with the traffic.
+
+Outcomes, for generation requests only (docs/tap.md#what-it-measures): `ok` a stream
+read to its end; `error` an HTTP error status, an error frame or event, an engine
+that could not be reached or broke mid-stream; `client_closed` a client that left,
+before the headers or after; `untimed` a stream the tap cannot read (compressed, a
+content type it does not know, frames it does not recognise), relayed all the same.
 """
 
 from __future__ import annotations
 
+import logging
 import time
 from collections import deque
 from collections.abc import Callable
@@ -16,7 +23,9 @@ from dataclasses import dataclass, field
 from exporter.streams import Histogram, StreamMeter
 from exporter.thresholds import Thresholds
 
-OUTCOMES = ("ok", "error", "client_closed")
+log = logging.getLogger(__name__)
+
+OUTCOMES = ("ok", "error", "client_closed", "untimed")
 
 
 @dataclass(eq=False)
@@ -25,6 +34,7 @@ class LiveStream:
 
     meter: StreamMeter
     counted_tokens: int = 0  # already added to generated_tokens
+    counted_frames: int = 0  # already added to frames
     ttft_seen: bool = False
 
 
@@ -42,7 +52,11 @@ class TapReading:
     #: The longest gap of any stream in the window, a gap still open included.
     max_gap_seconds: float
     active: int
+    #: Only what the streams reported (usage, meta_info): a stream that counts nothing
+    #: adds nothing.
     generated_tokens: int
+    #: Frames that carried tokens (those timed), counted or not.
+    frames: int = 0
     window_seconds: float = Thresholds.decode_stall_window_seconds
 
 
@@ -55,9 +69,14 @@ class TapState:
     ttft: Histogram = field(default_factory=Histogram)
     gaps: Histogram = field(default_factory=Histogram)
     generated_tokens: int = 0
+    frames: int = 0
     live: set[LiveStream] = field(default_factory=set)
     #: (whole second, longest gap that ended in it), oldest first, a window's worth at most.
     recent: deque[tuple[int, float]] = field(default_factory=deque)
+    #: The engine's name in the log lines.
+    name: str = ""
+    #: The kinds of untimed stream already logged: each once (a fixed set of kinds).
+    logged: set[str] = field(default_factory=set)
 
     def open(self, sent_at: float) -> LiveStream:
         stream = LiveStream(StreamMeter(sent_at, keep_gaps=False))
@@ -73,25 +92,41 @@ class TapState:
         if not stream.ttft_seen and timer.first_at is not None:
             stream.ttft_seen = True
             self.ttft.observe(timer.first_at - timer.sent_at)
-        if timer.tokens > stream.counted_tokens:
+        if timer.frames > stream.counted_frames:
+            self.frames += timer.frames - stream.counted_frames
+            stream.counted_frames = timer.frames
+        if timer.tokens is not None and timer.tokens > stream.counted_tokens:
             self.generated_tokens += timer.tokens - stream.counted_tokens
             stream.counted_tokens = timer.tokens
 
     def close(self, stream: LiveStream, outcome: str) -> None:
-        """The stream ended: an `error` frame turns `ok` into `error`. The wait since
-        its last token counts in the max gap (an agent that gave up mid-stall waited it)."""
-        if outcome == "ok" and stream.meter.error is not None:
+        """The stream ended: an `error` frame turns `ok` into `error`, and a stream of
+        which no frame was recognised is `untimed`. The wait since its last token
+        counts in the max gap (an agent that gave up mid-stall waited it)."""
+        meter = stream.meter
+        if outcome == "ok" and meter.error is not None:
             outcome = "error"
+        elif outcome == "ok" and meter.unrecognised and not meter.timer.frames:
+            outcome = "untimed"
+            self.untimed("unrecognised frames", f"frames such as {meter.first_unrecognised!r}")
         self.live.discard(stream)
         self.requests[outcome] += 1
         now = self.clock()
-        trailing = stream.meter.timer.open_gap(now)
+        trailing = meter.timer.open_gap(now)
         if trailing is not None:
             self._note_gap(now, trailing)
 
-    def failed(self) -> None:
-        """A request the upstream refused or broke before answering (the client got a 502)."""
-        self.requests["error"] += 1
+    def count(self, outcome: str) -> None:
+        """A generation request that was no stream the tap could time: refused (an HTTP
+        error), failed (the engine down: a 502), left before its headers, or untimed."""
+        self.requests[outcome] += 1
+
+    def untimed(self, kind: str, detail: str) -> None:
+        """Say once per kind why streams go untimed (they are relayed all the same)."""
+        if kind not in self.logged:
+            self.logged.add(kind)
+            log.warning("tap %s: a stream with %s is relayed but not timed "
+                        "(counted as outcome=\"untimed\"; logged once)", self.name, detail)
 
     def max_gap(self) -> float:
         now = self.clock()
@@ -107,7 +142,7 @@ class TapState:
         return TapReading(kind, name, dict(self.requests), tuple(self.ttft.buckets()),
                           self.ttft.sum, tuple(self.gaps.buckets()), self.gaps.sum,
                           self.max_gap(), len(self.live), self.generated_tokens,
-                          self.window_seconds)
+                          self.frames, self.window_seconds)
 
     def _note_gap(self, now: float, gap: float) -> None:
         second = int(now)

@@ -26,6 +26,7 @@ DESIGN_ALERTS = {
     "RigEngineWedged",
     "RigQueueHeadOfLine",
     "RigKVPoolSaturated",
+    "RigSpecDecodeAcceptanceLow",
     "RigHiCacheThrash",
     "RigHiCacheHostPoolFull",
     "RigHiCacheStorageMisses",

@@ -61,7 +61,8 @@ class StandIn:
                         resume_at = self.b_arrived_at + PAUSE
                         if loop.time() < resume_at:
                             await asyncio.sleep(resume_at - loop.time())
-                frame = ({"choices": [{"index": 0, "text": "x"}]} if openai
+                frame = ({"choices": [{"index": 0, "text": "x"}],
+                          "usage": {"completion_tokens": token}} if openai
                          else {"text": "x" * token, "meta_info": {"completion_tokens": token}})
                 await response.write(f"data: {json.dumps(frame)}\n\n".encode())
             await response.write(b"data: [DONE]\n\n")

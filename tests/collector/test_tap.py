@@ -16,9 +16,10 @@ def tap_reading() -> TapReading:
     ttft.observe(0.3)
     for gap in (0.02, 0.03, 47.2):
         gaps.observe(gap)
-    return TapReading("sglang", "main", {"ok": 41, "error": 1, "client_closed": 2},
+    return TapReading("sglang", "main",
+                      {"ok": 41, "error": 1, "client_closed": 2, "untimed": 3},
                       tuple(ttft.buckets()), ttft.sum, tuple(gaps.buckets()), gaps.sum,
-                      max_gap_seconds=47.2, active=2, generated_tokens=20566)
+                      max_gap_seconds=47.2, active=2, generated_tokens=20566, frames=7012)
 
 
 def test_stream_families_carry_the_engine_name_and_kind() -> None:
@@ -28,6 +29,7 @@ def test_stream_families_carry_the_engine_name_and_kind() -> None:
     assert get(requests, {**MAIN, "outcome": "ok"}) == 41.0
     assert get(requests, {**MAIN, "outcome": "error"}) == 1.0
     assert get(requests, {**MAIN, "outcome": "client_closed"}) == 2.0
+    assert get(requests, {**MAIN, "outcome": "untimed"}) == 3.0
     assert get("rig_stream_ttft_seconds_bucket", {**MAIN, "le": "0.25"}) == 0.0
     assert get("rig_stream_ttft_seconds_bucket", {**MAIN, "le": "0.5"}) == 1.0
     assert get("rig_stream_token_gap_seconds_bucket", {**MAIN, "le": "0.05"}) == 2.0
@@ -35,11 +37,12 @@ def test_stream_families_carry_the_engine_name_and_kind() -> None:
     assert get("rig_stream_max_token_gap_seconds", MAIN) == 47.2
     assert get("rig_stream_active", MAIN) == 2.0
     assert get("rig_stream_generated_tokens_total", MAIN) == 20566.0
+    assert get("rig_stream_frames_total", MAIN) == 7012.0
     assert get("rig_stream_active", {"engine": "sglang", "name": "main"}) is None
 
 
 def test_an_idle_tap_reads_zeros_it_has_counted() -> None:
-    idle = TapReading("sglang", "main", {"ok": 0, "error": 0, "client_closed": 0},
+    idle = TapReading("sglang", "main", {"ok": 0, "error": 0, "client_closed": 0, "untimed": 0},
                       tuple(Histogram().buckets()), 0.0, tuple(Histogram().buckets()), 0.0,
                       max_gap_seconds=0.0, active=0, generated_tokens=0)
     registry = collected(answered("tap/main", idle))
@@ -47,6 +50,7 @@ def test_an_idle_tap_reads_zeros_it_has_counted() -> None:
                                      {**MAIN, "outcome": "ok"}) == 0.0
     assert registry.get_sample_value("rig_stream_token_gap_seconds_count", MAIN) == 0.0
     assert registry.get_sample_value("rig_stream_max_token_gap_seconds", MAIN) == 0.0
+    assert registry.get_sample_value("rig_stream_frames_total", MAIN) == 0.0
 
 
 def test_the_longest_gap_says_the_window_in_force() -> None:

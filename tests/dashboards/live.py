@@ -45,6 +45,7 @@ def sim_engine() -> SimEngine:
         hicache_host_total_tokens=319_193, hicache_storage="file",
         evicted_tokens=0, loaded_back_tokens=0, backed_up_tokens=0,
         storage_prefetched_tokens=0, storage_written_tokens=0, retracted_requests=0,
+        spec_accept_length=2.71, spec_accept_rate=0.57,  # MTP=3, as the rig decodes
     )
     engine.running = 2
     return engine

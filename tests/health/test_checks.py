@@ -233,6 +233,33 @@ class TestQueueAndKv:
         assert check.status is Status.OK
 
 
+
+class TestSpeculativeDecoding:
+    @staticmethod
+    def decoding(watch: Watch, start: int, end: int, length: float, per_step: float = 40.0):
+        """Observe every 15 s an engine whose decode batches grow by `per_step` a step."""
+        report = None
+        for t in range(start, end + 1, 15):
+            report = watch.at(t, Rig(engines=[engine(spec_accept_length=length,
+                                                     decode_batches_total=100 + per_step * t)]))
+        return report
+
+    def test_low_acceptance_while_decoding_warns_after_ten_minutes(self) -> None:
+        watch = Watch()
+        check = one(self.decoding(watch, 0, 585, 1.2), "spec_acceptance", engine="main")
+        assert check.status is Status.OK and "1.20 tokens a decode step" in check.reason
+        check = one(self.decoding(watch, 600, 615, 1.2), "spec_acceptance", engine="main")
+        assert check.status is Status.WARN
+
+    def test_healthy_idle_or_absent_is_quiet(self) -> None:
+        healthy = self.decoding(Watch(), 0, 900, 2.71)
+        assert one(healthy, "spec_acceptance", engine="main").status is Status.OK
+        idle = self.decoding(Watch(), 0, 900, 1.2, per_step=0.0)  # the last value, kept
+        assert one(idle, "spec_acceptance", engine="main").status is Status.OK
+        off = Watch().over(0, 900, 15, Rig())  # no speculative decoding: no such check
+        assert not [c for c in off.checks if c.name == "spec_acceptance"]
+
+
 class TestHiCache:
     T = Thresholds(hicache_churn_for_seconds=0, hicache_host_pool_for_seconds=0)
 

@@ -117,6 +117,22 @@ def test_completions_stream_and_usage():
     assert whole["usage"]["prompt_tokens"] == 3  # 11 characters, 4 per token
 
 
+
+def test_completions_usage_on_every_chunk_when_asked():
+    """continuous_usage_stats, as SGLang's serving_completions.py honours it: every chunk
+    carries the cumulative count (the bench's openai API relies on it)."""
+    async def scenario():
+        async with running_sim(SimEngine(time_scale=SCALE)) as server, \
+                aiohttp.ClientSession() as session:
+            body = {"model": "m", "prompt": [1, 2, 3, 4], "max_tokens": 5, "stream": True,
+                    "stream_options": {"include_usage": True, "continuous_usage_stats": True}}
+            return await frames(session, server.url + "/v1/completions", body)
+
+    chunks = [f for _, f in asyncio.run(scenario())][:5]
+    counts = [c["usage"]["completion_tokens"] for c in chunks]
+    texts = [c["choices"][0]["text"].count(" tok") for c in chunks]
+    assert counts == [sum(texts[:i + 1]) for i in range(5)] and counts[-1] == 5
+
 def test_non_streaming_generate():
     async def scenario():
         async with running_sim(SimEngine(time_scale=SCALE)) as server, \

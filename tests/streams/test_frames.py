@@ -163,10 +163,81 @@ chunks = st.fixed_dictionaries(
               "error": st.sampled_from(["boom", {"message": "x"}])})
 
 
+
+# ---- the typed events of /v1/messages and /v1/responses (sglang 0.5.23
+# anthropic/serving.py, serving_responses.py)
+
+def test_anthropic_events():
+    def event(body: dict) -> Frame:
+        return parse_frame(json.dumps(body, separators=(",", ":")).encode())
+
+    text = {"type": "content_block_delta", "index": 0,
+            "delta": {"type": "text_delta", "text": "Hi"}}
+    assert event(text) == Frame(content=True)
+    for kind in ("thinking_delta", "input_json_delta"):
+        assert event({**text, "delta": {"type": kind, "thinking": "x"}}).content is True
+    assert event({**text, "delta": {"type": "signature_delta", "signature": "s"}}) == Frame(
+        content=False)
+    assert event({"type": "message_delta", "delta": {"stop_reason": "end_turn"},
+                  "usage": {"output_tokens": 41}}) == Frame(content=False, completion_tokens=41)
+    assert event({"type": "message_stop"}) == Frame(done=True, content=False)
+    assert event({"type": "ping"}) == Frame(content=False)
+    assert event({"type": "error", "error": {"type": "overloaded_error",
+                                             "message": "busy"}}).error == "busy"
+
+
+def test_responses_events():
+    def event(body: dict) -> Frame:
+        return parse_frame(json.dumps(body).encode())
+
+    delta = {"type": "response.output_text.delta", "sequence_number": 7, "item_id": "m",
+             "output_index": 0, "content_index": 0, "delta": "Hi", "logprobs": []}
+    assert event(delta) == Frame(content=True)
+    assert event({**delta, "delta": ""}) == Frame(content=False)
+    for kind in ("response.reasoning_text.delta", "response.function_call_arguments.delta"):
+        assert event({**delta, "type": kind}).content is True
+    usage = {"input_tokens": 9, "input_tokens_details": {"cached_tokens": 4},
+             "output_tokens": 12, "total_tokens": 21}
+    assert event({"type": "response.completed", "response": {"usage": usage}}) == Frame(
+        done=True, content=False, completion_tokens=12, cached_tokens=4)
+    assert event({"type": "response.created", "response": {"usage": None}}) == Frame(
+        content=False)
+    assert event({"type": "response.failed", "response": {"error": {
+        "code": "server_error", "message": "boom"}}}).error == "boom"
+
+
+EVENT_TYPES = ["content_block_delta", "message_delta", "response.output_text.delta",
+               "response.reasoning_text.delta", "response.completed", "response.output_item.added",
+               "text_delta", "signature_delta"]
+event_deltas = st.one_of(
+    st.sampled_from(NASTY_TEXT),
+    st.fixed_dictionaries({"type": st.sampled_from(["text_delta", "thinking_delta",
+                                                    "input_json_delta", "signature_delta"])},
+                          optional={"text": st.sampled_from(NASTY_TEXT)}))
+events = st.fixed_dictionaries(
+    {"type": st.sampled_from(EVENT_TYPES)},
+    optional={"delta": event_deltas, "index": st.just(0), "item_id": st.sampled_from(NASTY_TEXT),
+              "usage": st.fixed_dictionaries({"output_tokens": st.integers(0, 9)}),
+              "logprobs": st.just([]), "error": st.just({"message": "x"})})
+
+
 @settings(deadline=None)  # a loaded box may pause any example
-@given(chunks, st.sampled_from([(",", ":"), (", ", ": ")]))
-def test_byte_level_reading_agrees_with_the_whole_decode_on_any_chunk(chunk, separators):
+@given(st.one_of(chunks, events), st.sampled_from([(",", ":"), (", ", ": ")]))
+def test_byte_level_reading_agrees_with_the_whole_decode_on_any_chunk_or_event(body,
+                                                                             separators):
     from exporter.streams.frames import decode_frame
 
-    payload = json.dumps(chunk, separators=separators).encode()
+    payload = json.dumps(body, separators=separators).encode()
     assert parse_frame(payload) == decode_frame(payload)
+
+
+def test_the_event_deltas_are_read_from_their_bytes():
+    from exporter.streams.frames import _is_event_delta
+
+    for body in ({"type": "content_block_delta", "index": 0,
+                  "delta": {"type": "text_delta", "text": "Hi"}},
+                 {"content_index": 0, "delta": " w", "item_id": "msg_1", "logprobs": [],
+                  "output_index": 0, "sequence_number": 5,
+                  "type": "response.output_text.delta"}):  # the openai types' key order
+        payload = json.dumps(body, separators=(",", ":")).encode()
+        assert _is_event_delta(payload), payload

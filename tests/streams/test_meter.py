@@ -40,19 +40,22 @@ def test_native_stream_ttft_gaps_rate():
     assert timing.decode_tokens_per_second == pytest.approx(6 / 1.2)
 
 
-def test_openai_stream_counts_chunks_then_takes_the_usage():
+def test_openai_stream_counts_frames_and_takes_tokens_from_the_usage_only():
     meter = StreamMeter(sent_at=0.0)
     meter.feed(data({"choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}}]}),
                0.1)
     meter.feed(chat("Hel"), 0.5)
     meter.feed(chat("lo"), 0.6)
+    assert (meter.timer.frames, meter.timer.tokens) == (2, None)  # no count yet: none made up
     meter.feed(data({"choices": [], "usage": {"completion_tokens": 3,
                                               "prompt_tokens_details": {"cached_tokens": 64}}}),
                0.7)
     timing = meter.timer.timing()
     assert timing.ttft_seconds == pytest.approx(0.5)  # the role chunk is not a token
     assert timing.gaps_seconds == pytest.approx((0.1,))
-    assert timing.tokens == 3 and meter.cached_tokens == 64
+    assert timing.tokens == 3 and meter.cached_tokens == 64 and timing.frames == 2
+    # Counted only at the end: no decode rate between the frames.
+    assert timing.decode_tokens_per_second is None
 
 
 def test_open_gap_after_the_first_token_only():
@@ -94,7 +97,7 @@ def test_a_frame_is_timed_when_its_line_completes_however_the_reads_cut_it():
     assert meter.feed(body[cut1:cut2], 2.0) == [0.0]
     assert meter.timer.first_at == 2.0 and meter.timer.tokens == 2
     assert meter.feed(body[cut2:], 3.5) == [1.5]
-    assert meter.timer.tokens == 3
+    assert (meter.timer.frames, meter.timer.tokens) == (3, 2)  # the chat frame has no count
 
 
 def test_a_frame_larger_than_a_read_is_timed_at_its_last_piece():
@@ -117,5 +120,100 @@ def test_any_cut_times_the_same_frames(cuts):
     meter = StreamMeter(sent_at=0.0)
     gaps = [g for n, (x, y) in enumerate(zip(edges, edges[1:], strict=False))
             for g in meter.feed(body[x:y], float(n))]
-    assert len(gaps) == 2 and meter.timer.tokens == 3 and meter.done
+    assert len(gaps) == 2 and meter.timer.tokens == 3 and meter.timer.frames == 3 and meter.done
     assert sum(gaps) == meter.timer.last_at - meter.timer.first_at
+
+
+# ---- speculative decoding: a frame carries several tokens (MTP=3: up to 4 a step)
+
+def test_multi_token_chunks_count_what_the_usage_says_never_one_per_chunk():
+    without = StreamMeter(sent_at=0.0)
+    final = StreamMeter(sent_at=0.0)
+    continuous = StreamMeter(sent_at=0.0)
+    for i in range(10):  # 10 chunks of 3 tokens
+        without.feed(chat("abc"), 0.1 * (i + 1))
+        final.feed(chat("abc"), 0.1 * (i + 1))
+        continuous.feed(data({"choices": [{"index": 0, "delta": {"content": "abc"}}],
+                              "usage": {"completion_tokens": 3 * (i + 1)}}), 0.1 * (i + 1))
+    final.feed(data({"choices": [], "usage": {"completion_tokens": 30}}), 1.05)
+    assert (without.timer.frames, without.timer.tokens) == (10, None)
+    assert (final.timer.frames, final.timer.tokens) == (10, 30)
+    assert (continuous.timer.frames, continuous.timer.tokens) == (10, 30)
+    assert continuous.timer.timing().decode_tokens_per_second == pytest.approx(27 / 0.9)
+    assert without.timer.timing().decode_tokens_per_second is None
+
+
+def event(kind: str, body: dict) -> bytes:
+    """One typed SSE event as SGLang writes them: `event:` then `data:` with its type."""
+    return f"event: {kind}\n".encode() + data({"type": kind, **body})
+
+
+def test_anthropic_messages_stream():
+    meter = StreamMeter(sent_at=0.0)
+    meter.feed(event("message_start", {"message": {
+        "id": "msg_1", "type": "message", "role": "assistant", "content": [], "model": "m",
+        "usage": {"input_tokens": 9, "cache_read_input_tokens": 4, "output_tokens": 0}}}), 0.2)
+    meter.feed(event("content_block_start", {"index": 0, "content_block": {
+        "type": "thinking", "thinking": ""}}), 0.2)
+    meter.feed(event("content_block_delta", {"index": 0, "delta": {
+        "type": "thinking_delta", "thinking": "hm"}}), 0.5)
+    meter.feed(event("content_block_delta", {"index": 0, "delta": {
+        "type": "signature_delta", "signature": "sig"}}), 0.6)  # no token
+    meter.feed(event("content_block_stop", {"index": 0}), 0.6)
+    meter.feed(event("content_block_delta", {"index": 1, "delta": {
+        "type": "text_delta", "text": "Hello there"}}), 0.9)
+    meter.feed(event("content_block_delta", {"index": 2, "delta": {
+        "type": "input_json_delta", "partial_json": "{"}}), 1.0)
+    assert not meter.done
+    meter.feed(event("message_delta", {"delta": {"stop_reason": "end_turn"},
+                                       "usage": {"output_tokens": 7}}), 1.1)
+    meter.feed(event("message_stop", {}), 1.1)
+    timing = meter.timer.timing()
+    assert meter.done and meter.error is None and meter.unrecognised == 0
+    assert timing.ttft_seconds == pytest.approx(0.5)
+    assert timing.gaps_seconds == pytest.approx((0.4, 0.1))
+    assert (timing.frames, timing.tokens, meter.cached_tokens) == (3, 7, 4)
+
+
+def test_anthropic_error_event():
+    meter = StreamMeter(sent_at=0.0)
+    meter.feed(event("error", {"error": {"type": "api_error", "message": "Backend produced "
+                                                                         "no content"}}), 0.1)
+    assert meter.error == "Backend produced no content"
+
+
+def test_responses_stream():
+    meter = StreamMeter(sent_at=0.0)
+    response = {"id": "resp_1", "object": "response", "status": "in_progress", "usage": None}
+    meter.feed(event("response.created", {"sequence_number": 0, "response": response}), 0.1)
+    meter.feed(event("response.in_progress", {"sequence_number": 1, "response": response}), 0.1)
+    meter.feed(event("response.output_item.added", {"output_index": 0, "item": {
+        "type": "reasoning", "id": "r"}}), 0.2)
+    meter.feed(event("response.reasoning_text.delta", {"delta": "hm", "item_id": "r"}), 0.3)
+    meter.feed(event("response.content_part.added", {"part": {"type": "output_text",
+                                                              "text": ""}}), 0.4)
+    meter.feed(event("response.output_text.delta", {"delta": "", "item_id": "m"}), 0.45)
+    meter.feed(event("response.output_text.delta", {"delta": "Hi", "item_id": "m"}), 0.5)
+    meter.feed(event("response.output_text.done", {"text": "Hi", "item_id": "m"}), 0.6)
+    assert not meter.done
+    meter.feed(event("response.completed", {"response": {**response, "status": "completed",
+        "usage": {"input_tokens": 9, "input_tokens_details": {"cached_tokens": 2},
+                  "output_tokens": 5, "total_tokens": 14}}}), 0.7)
+    timing = meter.timer.timing()
+    assert meter.done and meter.error is None and meter.unrecognised == 0
+    assert timing.ttft_seconds == pytest.approx(0.3)
+    assert timing.gaps_seconds == pytest.approx((0.2,))
+    assert (timing.frames, timing.tokens, meter.cached_tokens) == (2, 5, 2)
+
+
+def test_responses_incomplete_counts_and_failed_is_an_error():
+    incomplete = StreamMeter(sent_at=0.0)
+    incomplete.feed(event("response.output_text.delta", {"delta": "a"}), 0.1)
+    incomplete.feed(event("response.incomplete", {"response": {
+        "status": "incomplete", "usage": {"output_tokens": 4}}}), 0.2)
+    assert incomplete.done and incomplete.timer.tokens == 4 and incomplete.error is None
+    failed = StreamMeter(sent_at=0.0)
+    failed.feed(event("response.failed", {"response": {
+        "status": "failed", "usage": None,
+        "error": {"code": "server_error", "message": "KV  pool\nexhausted"}}}), 0.1)
+    assert failed.done and failed.error == "KV pool exhausted" and failed.timer.tokens is None

@@ -17,24 +17,10 @@ from aiohttp import web
 from exporter.config import EngineConfig
 from exporter.launch import free_port
 from exporter.tap.source import TapSource
-from tests.tap.standin import Script, StandIn, stream_bytes
+from tests.tap.standin import PATHS, Script, StandIn, stream_bytes, tap_before
 
 GAPS = (0.05, 0.3, 0.1, 0.6, 0.02, 0.02)
 SCRIPT = Script(first_token_seconds=0.2, gaps_seconds=GAPS)
-PATHS = {"native": "/generate", "chat": "/v1/chat/completions", "completions": "/v1/completions"}
-
-
-@contextlib.asynccontextmanager
-async def tap_before(standin: StandIn) -> AsyncIterator[tuple[TapSource, str]]:
-    url = await standin.start()
-    address = f"127.0.0.1:{free_port()}"
-    tap = TapSource(EngineConfig(name="main", url=url, tap_listen_address=address))
-    await tap.start()
-    try:
-        yield tap, f"http://{address}"
-    finally:
-        await tap.close()
-        await standin.stop()
 
 
 @contextlib.asynccontextmanager
@@ -78,7 +64,7 @@ def test_bytes_identical_and_gaps_measured(shape):
     head, frames = stream_bytes(script)
     assert status == 200 and body == head + b"".join(frames)
     assert headers["X-Engine"] == "stand-in" and headers["Content-Type"] == "text/event-stream"
-    assert reading.requests == {"ok": 1, "error": 0, "client_closed": 0}
+    assert reading.requests == {"ok": 1, "error": 0, "client_closed": 0, "untimed": 0}
     # Against what the engine did (its sleeps overshoot under load), within 50 ms.
     arrived, *written = standin.timelines[0]
     sent_gaps = [b - a for a, b in zip(written, written[1:], strict=False)]
@@ -138,7 +124,7 @@ def test_client_disconnect_aborts_upstream_at_once():
     standin, closed_at, reading = asyncio.run(scenario())
     assert len(standin.aborted_at) == 1 and standin.finished == 0
     assert standin.aborted_at[0] - closed_at < 1.0
-    assert reading.requests == {"ok": 0, "error": 0, "client_closed": 1}
+    assert reading.requests == {"ok": 0, "error": 0, "client_closed": 1, "untimed": 0}
     assert reading.active == 0
 
 
@@ -197,7 +183,7 @@ def test_non_streaming_and_other_paths_pass_through():
     assert echo["body_sha256"] == hashlib.sha256(big).hexdigest()
     assert missing[0] == 404 and missing[1]["raw_path"] == "/echo/q?status=404"
     # Nothing streamed: nothing counted.
-    assert reading.requests == {"ok": 0, "error": 0, "client_closed": 0}
+    assert reading.requests == {"ok": 0, "error": 0, "client_closed": 0, "untimed": 0}
 
 
 def test_error_frame_counts_as_error():
@@ -215,21 +201,14 @@ def test_error_frame_counts_as_error():
 
     body, reading = asyncio.run(scenario())
     assert b"KV pool exhausted" in body
-    assert reading.requests == {"ok": 0, "error": 1, "client_closed": 0}
+    assert reading.requests == {"ok": 0, "error": 1, "client_closed": 0, "untimed": 0}
 
 
 def test_upstream_down_gives_502_with_one_line_reason():
     async def scenario():
-        address = f"127.0.0.1:{free_port()}"
-        dead = f"http://127.0.0.1:{free_port()}"
-        tap = TapSource(EngineConfig(name="main", url=dead, tap_listen_address=address))
-        await tap.start()
-        try:
-            async with aiohttp.ClientSession() as session, \
-                    session.post(f"http://{address}/generate", json={"stream": True}) as r:
-                return r.status, await r.text(), await tap.read()
-        finally:
-            await tap.close()
+        async with tap_before(None) as (tap, url), aiohttp.ClientSession() as session, \
+                session.post(f"{url}/generate", json={"stream": True}) as r:
+            return r.status, await r.text(), await tap.read()
 
     status, text, reading = asyncio.run(scenario())
     assert status == 502
@@ -255,7 +234,7 @@ def test_upstream_breaking_mid_stream_ends_the_client_stream_with_an_error():
             return await tap.read()
 
     reading = asyncio.run(scenario())
-    assert reading.requests == {"ok": 0, "error": 1, "client_closed": 0}
+    assert reading.requests == {"ok": 0, "error": 1, "client_closed": 0, "untimed": 0}
     assert reading.active == 0
 
 
@@ -320,7 +299,7 @@ def test_frames_cut_anywhere_pass_whole_and_are_timed_when_complete():
     # a and b came in one write (gap ~0), c ended with the third, big with the fourth.
     assert reading.gap_buckets[-1] == ("+Inf", 3.0)
     assert reading.gap_sum == pytest.approx(written[4] - written[2], abs=0.15)
-    assert reading.requests == {"ok": 1, "error": 0, "client_closed": 0}
+    assert reading.requests == {"ok": 1, "error": 0, "client_closed": 0, "untimed": 0}
 
 
 def test_a_client_that_stops_reading_stops_the_engine():
@@ -357,3 +336,39 @@ def test_a_client_that_stops_reading_stops_the_engine():
     assert stalled >= 0.5
     # What sits in the loopback sockets' buffers and aiohttp's: tens of MiB at most.
     assert engine_wrote < total // 4, engine_wrote
+
+
+def test_curl_keeps_its_connection_and_gets_100_continue_for_a_large_body(tmp_path):
+    """Two streams and a 2 MB upload sent with `Expect: 100-continue`, in one curl run:
+    curl reuses its connection to the tap for each, the tap answers 100 Continue, and
+    every byte arrives."""
+    import subprocess
+
+    big = os.urandom(2_000_000)
+    upload = tmp_path / "body.bin"
+    upload.write_bytes(big)
+    script = Script(shape="chat", gaps_seconds=(0.01,) * 3)
+
+    async def scenario():
+        async with tap_before(StandIn(script)) as (tap, url):
+            body = json.dumps({"model": "qwen", "stream": True, "messages": []})
+            curl = await asyncio.create_subprocess_exec(
+                "curl", "-sv", "-N",
+                "-H", "Content-Type: application/json", "-d", body, url + PATHS["chat"],
+                "--next", "-H", "Content-Type: application/json", "-d", body,
+                url + PATHS["chat"],
+                "--next", "-H", "Expect: 100-continue", "-X", "PUT",
+                "--data-binary", f"@{upload}", url + "/echo/up",
+                stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+            out, err = await curl.communicate()
+            return out, err.decode(), await tap.read()
+
+    out, log, reading = asyncio.run(scenario())
+    head, frames = stream_bytes(script, {"stream": True})
+    stream = head + b"".join(frames)
+    assert out.startswith(stream + stream)
+    echo = json.loads(out[2 * len(stream):])
+    assert echo["body_sha256"] == hashlib.sha256(big).hexdigest()
+    assert log.count("Re-using existing connection") == 2, log
+    assert "HTTP/1.1 100 Continue" in log
+    assert reading.requests["ok"] == 2 and reading.active == 0

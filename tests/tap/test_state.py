@@ -37,7 +37,8 @@ def test_max_gap_holds_for_60_s_then_goes():
     assert state.max_gap() == pytest.approx(47.2)
     clock.now += 1.5
     assert state.max_gap() == pytest.approx(0.0)
-    assert state.requests["ok"] == 1 and state.generated_tokens == 4
+    # Chat chunks without usage: four frames, and no token count made up for them.
+    assert state.requests["ok"] == 1 and (state.frames, state.generated_tokens) == (4, 0)
 
 
 def test_a_configured_window_forgets_sooner():
@@ -70,7 +71,7 @@ def test_open_gap_counts_while_open_and_after_the_client_gives_up():
     clock.now += 10.0
     reading = state.reading("sglang", "main")
     assert reading.max_gap_seconds == pytest.approx(15.0)
-    assert reading.requests == {"ok": 0, "error": 0, "client_closed": 1}
+    assert reading.requests == {"ok": 0, "error": 0, "client_closed": 1, "untimed": 0}
     assert reading.active == 0
     assert reading.ttft_sum == pytest.approx(20.0)
 

@@ -33,13 +33,9 @@ to trust, the gauge less the requests seen finishing (`progress.py`).
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 
 from exporter.engines.stall.evidence import Evidence, Release
-
-#: The endpoints that stream tokens (SGLang's native and OpenAI-compatible APIs).
-GENERATION_ENDPOINTS = re.compile(r"/generate|/v1/chat/completions|/v1/completions")
 
 #: The oldest release whose signals were read; older releases name unknown behaviour.
 OLDEST_READ: Release = (0, 5, 5)

@@ -22,8 +22,9 @@ from typing import Protocol
 
 from exporter.engines.exposition import Sample, parse
 from exporter.engines.normalise import combine_ranks
+from exporter.engines.routes import GENERATION_ENDPOINTS
 from exporter.engines.stall.multiproc_files import FileSample, MultiprocDir
-from exporter.engines.stall.plans import GENERATION_ENDPOINTS, Counters
+from exporter.engines.stall.plans import Counters
 from exporter.snapshot import SourceError
 
 PREFIXES = ("sglang:", "sglang_")

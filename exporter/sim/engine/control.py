@@ -17,7 +17,9 @@ nothing. Calls from an address other than 127.0.0.1 or ::1 get 403.
                                       loaded_back_tokens, backed_up_tokens,
                                       storage_prefetched_tokens,
                                       storage_written_tokens, retracted_requests
-                                      (null: the family is absent)
+                                      (null: the family is absent),
+                                      spec_accept_length, spec_accept_rate (0:
+                                      speculative decoding off)
     POST /sim/pause-decode {"seconds": 47}
                                       no decode batch for that many simulated seconds
     POST /sim/requests     {"prompt_tokens": 65536, "max_new_tokens": 256,
@@ -55,7 +57,7 @@ SETTABLE: dict[str, bool] = {
     "hicache_host_used_tokens": True, "hicache_host_total_tokens": True,
     "evicted_tokens": True, "loaded_back_tokens": True, "backed_up_tokens": True,
     "storage_prefetched_tokens": True, "storage_written_tokens": True,
-    "retracted_requests": True,
+    "retracted_requests": True, "spec_accept_length": False, "spec_accept_rate": False,
 }
 INTEGERS = {"running", "queued", "prefill_batches"}
 POLICY_FIELDS = {f.name: f.type for f in dataclasses.fields(Policy)}

@@ -328,18 +328,23 @@ async def completions(hub: StreamHub, http: web.Request, body: object
             "usage": _usage(ask, tokens)})
     response = await _sse(http)
     sent = 0
+    options = body.get("stream_options")
+    options = options if isinstance(options, dict) else {}
     async with contextlib.aclosing(progress_of(hub, http, ask)) as events:
         try:
             async for progress in events:
                 if progress.aborted:
                     return response
+                # SGLang's serving_completions.py: usage on every chunk with
+                # continuous_usage_stats, else null.
+                usage = (_usage(ask, progress.tokens) if options.get("continuous_usage_stats")
+                         else None)
                 await _send(response, {**head, "choices": [{
                     "index": 0, "text": " tok" * (progress.tokens - sent), "logprobs": None,
                     "finish_reason": "length" if progress.finished else None}],
-                    "usage": None})
+                    "usage": usage})
                 sent = progress.tokens
-            options = body.get("stream_options")
-            if isinstance(options, dict) and options.get("include_usage"):
+            if options.get("include_usage"):
                 await _send(response, {**head, "choices": [], "usage": _usage(ask, sent)})
             await _send(response, "[DONE]")
         except ConnectionResetError:

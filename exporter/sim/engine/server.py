@@ -141,6 +141,8 @@ DRIVEN: dict[str, Renderer] = {
     "sglang:load_back_tokens_total": _each(lambda s, _: s.loaded_back_tokens),
     "sglang:hicache_backup_tokens_total": _each(lambda s, _: s.backed_up_tokens),
     "sglang:num_retracted_requests_total": _each(lambda s, _: s.retracted()),
+    "sglang:spec_accept_length": _each(lambda s, _: s.spec_accept_length),
+    "sglang:spec_accept_rate": _each(lambda s, _: s.spec_accept_rate),
     "sglang:prefetched_tokens_total": _storage(lambda s: s.storage_prefetched_tokens),
     "sglang:backuped_tokens_total": _storage(lambda s: s.storage_written_tokens),
 }

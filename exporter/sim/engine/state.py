@@ -169,6 +169,10 @@ class SimEngine:
     storage_prefetched_tokens: float | None = None
     storage_written_tokens: float | None = None
     retracted_requests: float | None = None
+    #: Speculative decoding over the last decode log interval; 0 with it off, as
+    #: SGLang writes both (scheduler_components/metrics_reporter.py).
+    spec_accept_length: float = 0.0
+    spec_accept_rate: float = 0.0
 
     fault: Fault = Fault.NONE
     slow_body_seconds: float = 30.0
