@@ -96,3 +96,14 @@ def test_a_source_tree_build_reads_a_true_12_s_stall(reported, mode):
     ((_, lower, upper),) = out.stalls
     assert lower <= 12.0 <= upper
     assert 11.0 <= (lower + upper) / 2 <= 13.0
+
+
+def test_a_source_tree_before_0_5_10_falls_back_to_the_guard_and_sees_the_stall():
+    """0.5.9 under `0.0.0.dev0`: http_requests_active exists but lets a stream go at
+    its headers. Taken at its word, two streams would read as nothing in flight; the
+    tokens they receive show it, and the finished guard sees the starvation."""
+    out = play("0.5.9", "files", 25.0, {0.0: decoding(), 5.0: lambda p: p.long_prefill(12.0)},
+               reported_version="0.0.0.dev0")
+    assert out.plan is not None and out.plan.name == "finished_guard"
+    ((_, lower, upper),) = out.stalls
+    assert lower <= 12.0 <= upper and upper - lower <= 0.5 + 1e-6

@@ -148,4 +148,4 @@ def _blind_spots(plan: SignalPlan, evidence: Evidence) -> str:
         if exact is None or exact <= LAST_STALE_GAUGE:
             spots.append("the running gauge stays up to 30 s after a burst (0.5.15 and "
                          "before), taken down by the finished count")
-    return "; ".join(spots)
+    return "; ".join(spots) or "none beyond its bounds"
