@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from exporter import __version__
+from exporter import __version__, log_limits
 from exporter.command_line import EXIT_INTERRUPTED, OneLineErrors, run_guarded
 from exporter.config import (
     GPU_BACKENDS,
@@ -57,6 +57,8 @@ FLAGS = (
          "HOST:PORT to serve on (default {default}; use 0.0.0.0:PORT to open it)"),
     Flag("--web.scrape-deadline", "web", "scrape_deadline_seconds",
          "seconds each source may take per scrape", float),
+    Flag("--web.max-connections", "web", "max_connections",
+         "connections served at once; the open-file limit may lower it", int),
     Flag("--web.config.file", "web", "config_file",
          "exporter-toolkit web config (YAML): TLS and basic auth; see docs/configuration.md"),
     Flag("--sysfs.root", "gpu", "sysfs_root", "root of the sysfs tree to read"),
@@ -196,10 +198,7 @@ def run(args: argparse.Namespace) -> int:
     except ConfigError as exc:
         print(f"rig-exporter: {exc}", file=sys.stderr)
         return EXIT_BAD_CONFIG
-    logging.basicConfig(
-        level=config.log_level.upper(),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
+    log_limits.install(config.log_level, config.log_repeat_interval_seconds)
     from exporter.web import serve  # aiohttp is only needed once the config is good
     from exporter.web_security import load_web_security
 

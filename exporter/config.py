@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+from exporter.log_limits import REPEAT_INTERVAL_SECONDS
 from exporter.thresholds import Thresholds
 
 DEFAULT_LISTEN_ADDRESS = "127.0.0.1:9842"
@@ -45,6 +46,9 @@ class WebConfig:
     config_file: str | None = None
     # One line per request is noise at a 15 s scrape; on when debugging.
     access_log: bool = False
+    # Connections served at once, as Prometheus' own --web.max-connections (512); the
+    # open-file limit may lower it (exporter/web_listener.py).
+    max_connections: int = 512
 
     @property
     def host(self) -> str:
@@ -90,6 +94,10 @@ class GpuConfig:
     # 2x RX 7900 XTX (docs/facts/rig.md#hardware-and-software). Exported as
     # rig_gpu_expected_cards for RigGpuMissing; 0 disables the count.
     expected_cards: int = 2
+    # A reading younger than this is served again instead of rereading the ~70 files
+    # per card (gpu_metrics asks the SMU firmware each time): fifty scrapers cost the
+    # driver one read a second, Prometheus at 15 s none extra. 0: read every scrape.
+    reading_max_age_seconds: float = 1.0
 
 
 @dataclass(frozen=True)
@@ -114,6 +122,9 @@ class Config:
     health: HealthConfig = field(default_factory=HealthConfig)
     thresholds: Thresholds = field(default_factory=Thresholds)
     log_level: str = "info"
+    # A failure that goes on is told again, with its count, once this often
+    # (exporter/log_limits.py).
+    log_repeat_interval_seconds: float = REPEAT_INTERVAL_SECONDS
 
 
 # The dataclass of each single table of the TOML file: its field defaults are the keys'.
@@ -123,8 +134,8 @@ TABLE_CLASSES: dict[str, type] = {"web": WebConfig, "gpu": GpuConfig, "host": Ho
 
 def default_of(table: str, key: str) -> Any:
     """The built-in value of one key of the TOML file, e.g. ("web", "listen_address")."""
-    if (table, key) == ("log", "level"):
-        return Config.log_level
+    if table == "log":
+        return getattr(Config, f"log_{key}")
     return getattr(TABLE_CLASSES[table], key)
 
 
@@ -156,7 +167,7 @@ def load_config(raw: Mapping[str, Any]) -> Config:
         if names.count(name) > 1:
             raise ConfigError("engine.name", name, "engine names must be unique")
     log_table = _table(raw, "log")
-    _reject_unknown("log", log_table, {"level"})
+    _reject_unknown("log", log_table, {"level", "repeat_interval_seconds"})
     return Config(
         web=_web(_table(raw, "web")),
         engines=parsed,
@@ -165,6 +176,9 @@ def load_config(raw: Mapping[str, Any]) -> Config:
         health=_health(_table(raw, "health")),
         thresholds=thresholds,
         log_level=_choice("log.level", log_table.get("level", Config.log_level), LOG_LEVELS),
+        log_repeat_interval_seconds=_positive(
+            "log.repeat_interval_seconds",
+            log_table.get("repeat_interval_seconds", Config.log_repeat_interval_seconds)),
     )
 
 
@@ -184,6 +198,9 @@ def _web(t: Mapping[str, Any]) -> WebConfig:
         scrape_deadline_seconds=deadline,
         config_file=None if config_file is None else _str("web.config_file", config_file),
         access_log=_bool("web.access_log", t.get("access_log", defaults.access_log)),
+        max_connections=int(_positive("web.max_connections",
+                                      t.get("max_connections", defaults.max_connections),
+                                      integer=True)),
     )
 
 
@@ -275,6 +292,9 @@ def _gpu(t: Mapping[str, Any]) -> GpuConfig:
         sysfs_root=_str("gpu.sysfs_root", t.get("sysfs_root", defaults.sysfs_root)),
         cards=_gpu_cards(t.get("cards", defaults.cards)),
         expected_cards=int(_non_negative("gpu.expected_cards", expected, integer=True)),
+        reading_max_age_seconds=_non_negative(
+            "gpu.reading_max_age_seconds",
+            t.get("reading_max_age_seconds", defaults.reading_max_age_seconds)),
     )
 
 

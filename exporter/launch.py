@@ -113,14 +113,17 @@ class ExporterProcess(Process):
     """A `rig-exporter` child and where it listens."""
 
     def __init__(self, args: Sequence[str], log_dir: Path | None, address: str, scheme: str,
-                 uvloop: bool, name: str) -> None:
+                 uvloop: bool, name: str, open_files: tuple[int, int] | None = None) -> None:
         host, port = address.rsplit(":", 1)
         self.address = address
         # An empty host listens on every interface; loopback reaches it.
         self.url = f"{scheme}://{host or '127.0.0.1'}:{port}"
         python = ["-m", "exporter"] if uvloop else ["-c", WITHOUT_UVLOOP]
         log_path = log_dir / f"{name}-{port}.log" if log_dir is not None else None
-        super().__init__(name, [sys.executable, "-P", *python,
+        # prlimit (util-linux) sets the limit, then runs the exporter in its place.
+        limit = ([] if open_files is None
+                 else ["prlimit", f"--nofile={open_files[0]}:{open_files[1]}", "--"])
+        super().__init__(name, [*limit, sys.executable, "-P", *python,
                                 "--web.listen-address", address, *args], log_path)
 
     def wait_ready(self, timeout: float = 30.0, context: ssl.SSLContext | None = None) -> None:
@@ -129,14 +132,15 @@ class ExporterProcess(Process):
 
 def start_exporter(args: Sequence[str], log_dir: Path | None, *, address: str | None = None,
                    scheme: str = "http", context: ssl.SSLContext | None = None,
-                   wait: bool = True, uvloop: bool = True,
-                   name: str = "rig-exporter") -> ExporterProcess:
+                   wait: bool = True, uvloop: bool = True, name: str = "rig-exporter",
+                   open_files: tuple[int, int] | None = None) -> ExporterProcess:
     """`rig-exporter ARGS` listening on `address` (default: a free loopback port), its
     log in `log_dir` as NAME-PORT.log. With `wait`, it returns once /-/healthy answers
     (over TLS with `context`); `uvloop=False` serves on asyncio's loop even where
-    uvloop is installed. Use it as a context manager, or call `stop`."""
+    uvloop is installed; `open_files` (soft, hard) starts it under that RLIMIT_NOFILE,
+    as systemd's default 1024:524288 would. Use it as a context manager, or call `stop`."""
     exporter = ExporterProcess(args, log_dir, address or f"127.0.0.1:{free_port()}", scheme,
-                               uvloop, name)
+                               uvloop, name, open_files)
     if wait:
         exporter.wait_ready(context=context)
     return exporter

@@ -24,6 +24,7 @@ from exporter.engines.probe import ProbeSource
 from exporter.engines.source import EngineSource
 from exporter.health.monitor import HealthMonitor
 from exporter.health.report import Report
+from exporter.log_limits import Conditions
 from exporter.snapshot import Snapshot, Source, SourceRunner
 from exporter.sources.gpu import GpuSource
 from exporter.sources.host import HostSource
@@ -52,7 +53,8 @@ def build_sources(config: Config,
 
     if config.gpu.enabled and config.gpu.backend != "none":
         add(("gpu", config.gpu), GpuSource.from_backend, config.gpu.backend,
-            config.gpu.sysfs_root, config.gpu.cards, config.gpu.expected_cards)
+            config.gpu.sysfs_root, config.gpu.cards, config.gpu.expected_cards,
+            config.gpu.reading_max_age_seconds)
     if config.host.enabled:
         add(("host", config.host, config.gpu.sysfs_root), HostSource,
             config.host.proc_root, config.gpu.sysfs_root)
@@ -90,6 +92,7 @@ class Exporter:
         self.health = HealthMonitor(config.thresholds, config.engines)
         self._sampler: asyncio.Task[None] | None = None
         self._rendered: tuple[Snapshot, bytes] | None = None
+        self._conditions = Conditions(log, level=logging.ERROR)
         # A reload and a stop never interleave; a reload after the stop does nothing.
         self._lock = asyncio.Lock()
         self._closed = False
@@ -155,7 +158,9 @@ class Exporter:
                 old_taps.remove(old)
             self.config, self._by_key = config, wanted
             self.sources = list(wanted.values())
-            self.runner = SourceRunner(self.sources, config.web.scrape_deadline_seconds)
+            # The sources' states carry over: a source still down is not told again.
+            self.runner = SourceRunner(self.sources, config.web.scrape_deadline_seconds,
+                                       self.runner.conditions)
             self._in_flight = None
             self.health.reconfigure(config.thresholds, config.engines)
             log.info("sources: %s (started: %s)", ", ".join(s.name for s in self.sources)
@@ -204,8 +209,11 @@ class Exporter:
             if idle >= interval:
                 try:
                     await self.snapshot()
-                except Exception:  # a bug must not end the sampling for good
-                    log.exception("health sampler snapshot failed")
+                except Exception as exc:  # a bug must not end the sampling for good
+                    self._conditions.failed("health sampler", f"snapshot failed: {exc!r}",
+                                            kind=type(exc).__name__, exc=exc)
+                else:
+                    self._conditions.ok("health sampler")
                 idle = 0.0
             await asyncio.sleep(max(0.05, interval - idle))
 

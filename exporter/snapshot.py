@@ -15,6 +15,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Protocol
 
+from exporter.log_limits import Conditions
+
 log = logging.getLogger(__name__)
 
 class SourceError(Exception):
@@ -56,8 +58,11 @@ class Snapshot:
         return (r.reading for r in self.results if r.reading is not None)
 
 
-async def read_source(source: Source, deadline_seconds: float) -> SourceResult:
+async def read_source(source: Source, deadline_seconds: float,
+                      conditions: Conditions | None = None) -> SourceResult:
+    """One source's reading or error; `conditions` tells its changes of state."""
     started = time.monotonic()
+    unexpected: Exception | None = None
     try:
         # asyncio.timeout rather than wait_for: on Python 3.11 wait_for can swallow a
         # cancellation that lands as the read completes, and the exporter then never
@@ -69,39 +74,36 @@ async def read_source(source: Source, deadline_seconds: float) -> SourceResult:
     except SourceError as exc:
         error = str(exc)
     except Exception as exc:  # a bug or an unforeseen input must not blank the other sources
-        log.exception("source %s failed", source.name)
+        unexpected = exc
         error = f"{type(exc).__name__}: {exc}"
     else:
+        if conditions is not None:
+            conditions.ok(source.name)
         return SourceResult(source.name, reading, time.monotonic() - started)
+    if conditions is not None:
+        # A bug's kind is its exception's class, whatever its message says this time.
+        kind = type(unexpected).__name__ if unexpected is not None else None
+        conditions.failed(source.name, error, kind=kind, exc=unexpected)
     return SourceResult(source.name, None, time.monotonic() - started, error)
 
 
 class SourceRunner:
     """Reads all sources concurrently, and logs each source going down or coming back.
 
-    Logging changes rather than every failure keeps a down engine from writing a line
-    per scrape (Prometheus scrapes every 15 s).
+    Changes are logged, not every failure, so a down engine does not write a line per
+    scrape; a failure that goes on is told again once an interval with its count
+    (exporter/log_limits.py). `conditions` carries that state over a reload.
     """
 
-    def __init__(self, sources: Iterable[Source], deadline_seconds: float) -> None:
+    def __init__(self, sources: Iterable[Source], deadline_seconds: float,
+                 conditions: Conditions | None = None) -> None:
         self.sources = tuple(sources)
         self.deadline_seconds = deadline_seconds
-        self._last_error: dict[str, str | None] = {}
+        self.conditions = conditions or Conditions(
+            log, down="source {subject} down: {message}", up="source {subject} recovered")
 
     async def snapshot(self) -> Snapshot:
         results = await asyncio.gather(
-            *(read_source(s, self.deadline_seconds) for s in self.sources)
+            *(read_source(s, self.deadline_seconds, self.conditions) for s in self.sources)
         )
-        for result in results:
-            self._log_change(result.name, result.error)
         return Snapshot(tuple(results))
-
-    def _log_change(self, name: str, error: str | None) -> None:
-        previous = self._last_error.get(name)
-        if error == previous:
-            return
-        self._last_error[name] = error
-        if error is None:
-            log.info("source %s recovered", name)
-        else:
-            log.warning("source %s down: %s", name, error)

@@ -20,11 +20,14 @@ from prometheus_client import CONTENT_TYPE_LATEST
 
 from exporter import __version__, event_loop
 from exporter.config import Config, ConfigError, WebConfig
+from exporter.open_files import connection_budget, raise_soft_limit
 from exporter.runtime import Exporter
 from exporter.snapshot import Snapshot
 from exporter.stopping import STOP_GRACE_SECONDS, StopWatch, log_abandoned
 from exporter.tap import tap_readings
-from exporter.web_security import WebSecurity, basic_auth_middleware
+from exporter.web_auth import BasicAuth
+from exporter.web_listener import IDLE_SECONDS, Listener
+from exporter.web_security import WebSecurity
 
 log = logging.getLogger(__name__)
 access_logger = logging.getLogger("exporter.access")
@@ -122,6 +125,7 @@ def serve(config: Config, security: WebSecurity | None = None,
     Raises OSError when the address cannot be bound, before anything is logged
     as listening.
     """
+    raise_soft_limit()
     event_loop.run(_serve(config, security or WebSecurity(), reload))
     # The loop is closed and its signal handlers with it; what is left of the exit is
     # the interpreter's, which the stop's deadline bounds (exporter/stopping.py). A
@@ -135,17 +139,20 @@ async def _serve(config: Config, security: WebSecurity,
                  reload: Callable[[], Config] | None) -> None:
     exporter = Exporter(config)
     app = make_app(exporter)
-    if security.basic_auth_users:
-        app.middlewares.append(basic_auth_middleware(security.basic_auth_users))
+    listener = Listener(config.web.host, config.web.port, security.tls,
+                        connection_budget(config.web.max_connections))
+    app.middlewares.append(listener.middleware())
+    auth = BasicAuth(security.basic_auth_users) if security.basic_auth_users else None
+    if auth is not None:
+        app.middlewares.append(auth.middleware())
     # A scrape of a hung engine may be in flight at SIGTERM: give handlers half a
     # second, then cancel them, so that a stop never waits out the 8 s deadline.
     runner = web.AppRunner(app, handle_signals=False, shutdown_timeout=STOP_GRACE_SECONDS,
+                           keepalive_timeout=IDLE_SECONDS,
                            access_log=access_logger if config.web.access_log else None)
     await runner.setup()
     try:
-        site = web.TCPSite(runner, config.web.host or None, config.web.port,
-                           ssl_context=security.tls)
-        await site.start()
+        await listener.start(runner.server)
         log.info("listening on %s", listening_url(config.web, tls=security.tls is not None))
         stop, watch = asyncio.Event(), StopWatch()
 
@@ -164,6 +171,7 @@ async def _serve(config: Config, security: WebSecurity,
         await stop.wait()
         log.info("stopping")
     finally:
+        await listener.close()
         await runner.cleanup()
     log_abandoned()
 

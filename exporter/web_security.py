@@ -11,33 +11,25 @@
 
 The same file that node_exporter reads works here, for the keys above; any other
 key is refused by name rather than silently ignored. TLS is the stdlib `ssl`
-module and the hashes are checked by `bcrypt`: no crypto is written here.
+module and the hashes are checked by `bcrypt` (exporter/web_auth.py): no crypto is
+written here.
 """
 
 from __future__ import annotations
 
-import asyncio
-import base64
-import binascii
-import hashlib
 import ssl
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import bcrypt
 import yaml
-from aiohttp import web
 
 from exporter.config import ConfigError
 
 TLS_KEYS = {"cert_file", "key_file", "client_ca_file", "client_auth_type", "min_version"}
 CLIENT_AUTH_TYPES = ("NoClientCert", "RequireAndVerifyClientCert")
 TLS_VERSIONS = {"TLS12": ssl.TLSVersion.TLSv1_2, "TLS13": ssl.TLSVersion.TLSv1_3}
-# A bcrypt check costs ~0.2 s of CPU at cost 12; Prometheus sends the same
-# credentials on every scrape, so a success is remembered (as the toolkit does).
-AUTH_CACHE_SIZE = 64
 
 
 @dataclass(frozen=True)
@@ -121,49 +113,3 @@ def _users(t: Any) -> dict[str, bytes]:
                               "must be a bcrypt hash, e.g. from `htpasswd -nBC 12 USER`")
         users[str(user)] = hashed.encode()
     return users
-
-
-Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
-
-
-def basic_auth_middleware(users: Mapping[str, bytes]) -> Any:
-    """Every path needs a listed user's password, as with the exporter-toolkit."""
-    remembered: set[bytes] = set()
-
-    async def check(user: str, password: str) -> bool:
-        hashed = users.get(user)
-        if hashed is None:
-            return False
-        key = hashlib.sha256(hashed + b"\0" + password.encode()).digest()
-        if key in remembered:
-            return True
-        # A worker thread: a bcrypt check would hold the event loop for ~0.2 s.
-        if not await asyncio.to_thread(bcrypt.checkpw, password.encode(), hashed):
-            return False
-        if len(remembered) >= AUTH_CACHE_SIZE:
-            remembered.clear()
-        remembered.add(key)
-        return True
-
-    @web.middleware
-    async def middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
-        credentials = _credentials(request.headers.get("Authorization", ""))
-        if credentials is None or not await check(*credentials):
-            raise web.HTTPUnauthorized(
-                text="Unauthorized\n",
-                headers={"WWW-Authenticate": 'Basic realm="rig-exporter"'},
-            )
-        return await handler(request)
-
-    return middleware
-
-
-def _credentials(header: str) -> tuple[str, str] | None:
-    scheme, _, encoded = header.partition(" ")
-    if scheme.lower() != "basic":
-        return None
-    try:
-        user, sep, password = base64.b64decode(encoded, validate=True).decode().partition(":")
-    except (binascii.Error, UnicodeDecodeError):
-        return None
-    return (user, password) if sep else None

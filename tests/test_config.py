@@ -200,3 +200,21 @@ class TestGpuCards:
     def test_flags(self) -> None:
         config = config_for(["--gpu.cards", "0000:0a:00.0", "--gpu.expected-cards", "1"])
         assert (config.gpu.cards, config.gpu.expected_cards) == (("0000:0a:00.0",), 1)
+
+
+class TestKeptReadingsAndRepeats:
+    def test_defaults(self) -> None:
+        config = load_config({})
+        assert config.gpu.reading_max_age_seconds == 1.0
+        assert config.log_repeat_interval_seconds == 3600.0
+
+    def test_zero_rereads_every_snapshot(self) -> None:
+        assert load_config({"gpu": {"reading_max_age_seconds": 0}}).gpu.reading_max_age_seconds == 0
+
+    @pytest.mark.parametrize(("table", "key", "value"), [
+        ("gpu", "reading_max_age_seconds", -1), ("gpu", "reading_max_age_seconds", "1s"),
+        ("log", "repeat_interval_seconds", 0), ("log", "repeat_interval_seconds", True),
+    ])
+    def test_bad_values_name_the_key(self, table: str, key: str, value: object) -> None:
+        with pytest.raises(ConfigError, match=rf"{table}\.{key}"):
+            load_config({table: {key: value}})

@@ -38,7 +38,8 @@ def test_down_and_recovery_are_logged_once_each(caplog: pytest.LogCaptureFixture
     with caplog.at_level(logging.INFO):
         assert asyncio.run(scrapes()) == [False, False, False, True, True]
     messages = [r.getMessage() for r in caplog.records]
-    assert messages == ["source engine/flaky down: HTTP 500", "source engine/flaky recovered"]
+    assert messages == ["source engine/flaky down: HTTP 500",
+                        "source engine/flaky recovered after 0 s (2 more failures not logged)"]
 
 
 def test_a_read_stuck_in_the_kernel_does_not_pile_up_threads() -> None:

@@ -37,7 +37,9 @@ HOST_FAMILIES = {
 
 
 def exporter_for(sysfs: Path, proc: Path, sources=None) -> Exporter:
-    config = load_config({"gpu": {"backend": "sysfs", "sysfs_root": str(sysfs)},
+    # reading_max_age_seconds 0: a scrape rereads the card tree a test has just changed.
+    config = load_config({"gpu": {"backend": "sysfs", "sysfs_root": str(sysfs),
+                                  "reading_max_age_seconds": 0},
                           "host": {"proc_root": str(proc)},
                           "web": {"scrape_deadline_seconds": 0.5}})
     return Exporter(config, sources)

@@ -37,8 +37,9 @@ def _(reading: HostReading) -> Iterable[Metric]:
         yield family
     for name, doc, attribute in _COUNTERS:
         family = counter(f"host_{name}", doc)
-        family.add_metric([], getattr(reading, attribute))
-        yield family
+        if getattr(reading, attribute) is not None:
+            family.add_metric([], getattr(reading, attribute))
+            yield family
     pressure = counter("host_memory_pressure_stall_seconds_total",
                        "Time tasks stalled on memory (PSI): some = at least one, "
                        "full = all non-idle tasks.", ["kind"])

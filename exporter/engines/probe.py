@@ -23,6 +23,7 @@ import aiohttp
 
 from exporter.config import EngineConfig
 from exporter.engines.source import EngineSource
+from exporter.log_limits import Conditions
 from exporter.snapshot import SourceError
 from exporter.streams import Histogram, StreamMeter
 
@@ -70,6 +71,7 @@ class StreamProbe:
         self.gaps = Histogram()
         self.last: ProbeResult | None = None
         self._lock = asyncio.Lock()
+        self._conditions = Conditions(log, down="{subject} failed: {message}")
 
     async def probe_once(self) -> ProbeResult:
         if self._lock.locked():
@@ -87,8 +89,11 @@ class StreamProbe:
         while True:
             with contextlib.suppress(ProbeBusy):  # someone ran one by hand (rigctl probe)
                 result = await self.probe_once()
-                if not result.success:
-                    log.warning("probe %s failed: %s", self.config.name, result.reason)
+                subject = f"probe {self.config.name}"
+                if result.success:
+                    self._conditions.ok(subject)
+                else:
+                    self._conditions.failed(subject, result.reason)
             await asyncio.sleep(self.config.probe_interval_seconds)
 
     async def _measure(self) -> ProbeResult:

@@ -31,6 +31,7 @@ from exporter.engines.stall.readers import (
     MultiprocReader,
 )
 from exporter.engines.stall.tracker import StallPoller, StallState
+from exporter.log_limits import Conditions
 from exporter.snapshot import SourceError
 
 log = logging.getLogger(__name__)
@@ -64,9 +65,9 @@ class EngineSource:
         self._info: EngineInfo | None = None
         self._info_task: asyncio.Task[None] | None = None
         self._info_asked_at = -INFO_RETRY_SECONDS
-        self._info_error: str | None = None
-        self._problems: tuple[str, ...] = ()
         self.body = MetricsBody(self._get_metrics)
+        # A body spoilt in a new way each scrape is one condition, told once an interval.
+        self._conditions = Conditions(log, up="{subject}: fine again")
         self._stall_reader: CounterReader | None = None
 
     async def start(self) -> None:
@@ -165,13 +166,11 @@ class EngineSource:
             return 1
 
     def _log_problems(self, problems: tuple[str, ...]) -> None:
-        # Once per change, not once per scrape.
-        if problems != self._problems:
-            self._problems = problems
-            if problems:
-                log.warning("engine %s: partial data: %s", self.config.name, "; ".join(problems))
-            else:
-                log.info("engine %s: body fully usable again", self.config.name)
+        subject = f"engine {self.config.name} body"
+        if problems:
+            self._conditions.failed(subject, "partial data: " + "; ".join(problems))
+        else:
+            self._conditions.ok(subject)
 
     def _refresh_info_if_due(self) -> None:
         if self._info_task is not None and not self._info_task.done():
@@ -189,8 +188,6 @@ class EngineSource:
                 self._info = await fetch_info(self.session, self.config.url, self.config.kind)
         except (SourceError, TimeoutError) as exc:
             error = str(exc) or f"no answer within {INFO_TIMEOUT_SECONDS:g} s"
-            if error != self._info_error:
-                log.warning("engine %s: no server info: %s", self.config.name, error)
-            self._info_error = error
+            self._conditions.failed(f"engine {self.config.name} server info", error)
         else:
-            self._info_error = None
+            self._conditions.ok(f"engine {self.config.name} server info")

@@ -3,6 +3,7 @@
 commands:
   demo     the whole stack on a simulated rig: scenarios, alerts, notifications
   health   is the rig healthy? one line per check, worst first (reads the exporter)
+  doctor   does the rig hold the exporter's assumptions? readers, signals, Prometheus, Grafana
   probe    send one streaming request to an engine now and time every token gap
   bench    the starvation and concurrency experiments, for A/B tests of scheduler flags
   sim      run the simulated rig (SGLang, two 7900 XTX cards, host) and play scenarios
@@ -11,6 +12,7 @@ examples:
   rigctl demo
   rigctl health
   rigctl health --prometheus http://127.0.0.1:9090 --watch 5
+  rigctl doctor --config.file /etc/rig-exporter/rig.toml --prometheus http://127.0.0.1:9090
   rigctl probe --engine http://127.0.0.1:30000
   rigctl bench starvation --engine http://127.0.0.1:30000 --label default --out ab.jsonl
   rigctl sim --scenario thermal-downclock --time-scale 0.05
@@ -34,7 +36,7 @@ from exporter.command_line import Interrupted, run_guarded
 def build_parser() -> argparse.ArgumentParser:
     # Imported here, not above: importing the package (aiohttp and the simulator
     # with it) takes a second or more, and a Ctrl-C meanwhile must meet the guard.
-    from exporter.rigctl import bench, demo, health, probe, sim
+    from exporter.rigctl import bench, demo, doctor, health, probe, sim
     from exporter.rigctl.common import EXIT_CODES, Parser, help_formatter
 
     intro, commands_text = __doc__.split("\n\n")[0], __doc__.split("\n\n")[1:3]
@@ -44,7 +46,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"rigctl {__version__}")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND",
                                      parser_class=Parser)
-    for module in (demo, health, probe, bench, sim):
+    for module in (demo, health, doctor, probe, bench, sim):
         module.add_parser(commands).set_defaults(run=module.run)
     return parser
 

@@ -1,5 +1,5 @@
-"""What rigctl accepts from a server: JSON fetched within one deadline, and the
-shapes it reads checked before anything prints them.
+"""What rigctl accepts from a server: JSON (or an exporter's /metrics text) fetched
+within one deadline, and the shapes it reads checked before anything prints them.
 
 An exporter that is half-broken, a proxy in front of it, or a stranger on its
 port can answer anything: a body dribbled a byte at a time, bytes that are not
@@ -38,7 +38,22 @@ class BadAnswer(Unreachable):
 
 
 def get_json(url: str, timeout: float, access: Access) -> Any:
-    """The JSON body at `url`, read whole within `timeout` seconds.
+    """The JSON body at `url`, read whole within `timeout` seconds."""
+    return parse_json(url, _within(url, timeout, lambda: _fetch(url, timeout, access)))
+
+
+def get_text(url: str, timeout: float, access: Access) -> str:
+    """The UTF-8 text body at `url` (an exporter's /metrics), read whole within
+    `timeout` seconds."""
+    body = _within(url, timeout, lambda: _fetch(url, timeout, access))
+    try:
+        return body.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise BadAnswer(f"{url}: not UTF-8 text (byte {exc.start})") from None
+
+
+def _within(url: str, timeout: float, fetch: Callable[[], bytes]) -> bytes:
+    """`fetch()`, within `timeout` seconds in all.
 
     urllib's timeout bounds each socket read, not the request: a body sent a
     byte every second never trips it. So the request runs in a daemon thread
@@ -46,13 +61,13 @@ def get_json(url: str, timeout: float, access: Access) -> Any:
     """
     answers: queue.SimpleQueue[tuple[bool, Any]] = queue.SimpleQueue()
 
-    def fetch() -> None:
+    def run() -> None:
         try:
-            answers.put((True, _fetch(url, timeout, access)))
+            answers.put((True, fetch()))
         except BaseException as exc:  # handed to the caller, who raises it
             answers.put((False, exc))
 
-    threading.Thread(target=fetch, name=f"rigctl {url}", daemon=True).start()
+    threading.Thread(target=run, name=f"rigctl {url}", daemon=True).start()
     try:
         ok, value = answers.get(timeout=timeout)
     except queue.Empty:
@@ -62,7 +77,7 @@ def get_json(url: str, timeout: float, access: Access) -> Any:
     return value
 
 
-def _fetch(url: str, timeout: float, access: Access) -> Any:
+def _fetch(url: str, timeout: float, access: Access) -> bytes:
     try:
         with urllib.request.urlopen(access.request(url), timeout=timeout,
                                     context=access.tls()) as response:
@@ -79,7 +94,7 @@ def _fetch(url: str, timeout: float, access: Access) -> Any:
         raise Unreachable(f"{url}: {_short(exc)}") from None
     if len(body) > MAX_ANSWER_BYTES:
         raise BadAnswer(f"{url}: answer larger than {MAX_ANSWER_BYTES // 1024 // 1024} MiB")
-    return parse_json(url, body)
+    return body
 
 
 def parse_json(url: str, body: bytes) -> Any:
@@ -126,11 +141,21 @@ def health_report(url: str, body: Any) -> dict[str, Any]:
 
 def items(url: str, body: Any, *path: str) -> list[dict[str, Any]]:
     """The list of objects at `path` in a Prometheus or Alertmanager answer."""
-    value = body
-    for key in path:
-        value = _object(url, value, ".".join(path) or "the answer").get(key)
+    value = field(url, body, *path, kind=object)
     if not isinstance(value, list) or not all(isinstance(v, dict) for v in value):
         raise BadAnswer(f"{url}: {'.'.join(path) or 'the answer'} is not a list of objects")
+    return value
+
+
+def field(url: str, body: Any, *path: str, kind: type | tuple[type, ...]) -> Any:
+    """The value at `path` (keys of nested objects), which must be of `kind`."""
+    value = body
+    for depth, key in enumerate(path):  # name the level that is not an object
+        value = _object(url, value, ".".join(path[:depth]) or "the answer").get(key)
+    kinds = kind if isinstance(kind, tuple) else (kind,)
+    if not isinstance(value, kinds) or (isinstance(value, bool) and bool not in kinds):
+        raise BadAnswer(f"{url}: {'.'.join(path) or 'the answer'} is {_kind(value)}, not "
+                        f"{' or '.join(k.__name__ for k in kinds)}")
     return value
 
 

@@ -16,7 +16,7 @@ import time
 import urllib.parse
 import urllib.request
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -112,6 +112,8 @@ class Monitoring:
     receiver_url: str
     # Stall lengths compress by this instead, if set (alerts/timescale.py).
     stall_scale: float | None = None
+    # The table the rules are generated from.
+    thresholds: Thresholds = field(default_factory=Thresholds)
     prometheus: Process | None = None
     alertmanager: Process | None = None
     prometheus_url: str = ""
@@ -159,7 +161,7 @@ class Monitoring:
         directory = self.workdir / "prometheus"
         directory.mkdir()
         rules = directory / "rig-rules.yaml"
-        rules.write_text(render(Thresholds(), time_scale=self.time_scale,
+        rules.write_text(render(self.thresholds, time_scale=self.time_scale,
                                 stall_scale=self.stall_scale))
         am = urllib.parse.urlsplit(self.alertmanager_url).netloc
         config = prometheus_config(rules, am, self.targets_dir, remote_write_url)

@@ -1,8 +1,10 @@
 """Read amdgpu cards from a sysfs tree (`/sys`, or a fixture that mirrors it).
 
 Every reading is optional: a file that is missing, unreadable (EPERM while the
-card is runtime-suspended), garbage or truncated leaves that one field None and
-is logged once per card and file. Units are converted to base units here.
+card is runtime-suspended), garbage, truncated or too long leaves that one field
+None. Its failure is logged when it starts, once an interval while it lasts, and
+when the file reads again (exporter/log_limits.py). Units are converted to base
+units here.
 File names and units: docs/facts/amdgpu.md (`amdgpu_pm.c`, `pci-sysfs.c`).
 """
 
@@ -15,10 +17,15 @@ import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TypeVar
 
+from exporter.log_limits import Conditions
 from exporter.snapshot import SourceError
 from exporter.sources import gpu_metrics
 from exporter.sources.energy_counter import EnergyCounter
+from exporter.sources.files import GPU_METRICS_MAX_BYTES, TEXT_MAX_BYTES, read_capped
+
+T = TypeVar("T")
 
 log = logging.getLogger(__name__)
 
@@ -78,6 +85,8 @@ class CardReading:
     pcie_links: list[PcieLink] = field(default_factory=list)
     # None: gpu_metrics unreadable or of an unknown layout, so no reason is known.
     throttle_reasons: frozenset[str] | None = None
+    # gpu_metrics (format, content) revision from its header; None: not read.
+    gpu_metrics_revision: tuple[int, int] | None = None
 
 
 @dataclass(frozen=True)
@@ -147,7 +156,10 @@ class AmdgpuSysfs:
         self._kinds: dict[str, tuple[str, str]] = {}  # pci_bus -> (kind, reason)
         # Keyed by PCI address: a driver reset can bring a card back as another cardN.
         self._seen: dict[str, tuple[str, str]] = {}  # pci_bus -> (card, unique_id)
-        self._warned: set[tuple[str, str]] = set()
+        #: (card, file) -> why it cannot be read now (rigctl doctor shows it).
+        self.problems: dict[tuple[str, str], str] = {}
+        self._files = _FileConditions(Conditions(log, up="{subject}: reads again"),
+                                      self.problems)
         self._energy: dict[tuple[str, str], EnergyCounter] = {}  # by (pci_bus, unique_id)
 
     def read_cards(self) -> list[CardReading]:
@@ -158,6 +170,8 @@ class AmdgpuSysfs:
                     if (kind := self._selected_kind(card, endpoint)) is not None]
         read_buses = {reading.pci_bus for reading in readings}
         for reading in readings:
+            if reading.pci_bus in self._seen:
+                self._files.ok(f"{self._seen[reading.pci_bus][0]}: device")
             self._seen[reading.pci_bus] = (reading.card, reading.unique_id)
         for endpoint in found.values():
             if endpoint.name not in read_buses:  # on the bus, but `cards` does not select it
@@ -166,7 +180,7 @@ class AmdgpuSysfs:
         # alerts instead of going silent.
         for pci_bus, (card, unique_id) in sorted(self._seen.items()):
             if pci_bus not in read_buses:
-                self._warn(card, "device", "card has disappeared")
+                self._files.failed(f"{card}: device", "card has disappeared")
                 readings.append(CardReading(card, pci_bus, unique_id, present=False))
         return readings
 
@@ -184,26 +198,25 @@ class AmdgpuSysfs:
         return cards
 
     def _is_amdgpu(self, device: Path) -> bool:
-        try:
-            return (device / "vendor").read_text().strip() == AMD_VENDOR_ID
-        except OSError:
-            return False
+        return _peek(device / "vendor") == AMD_VENDOR_ID
 
     def _selected_kind(self, card: str, device: Path) -> str | None:
         """The card's kind if `cards` selects it, else None (told once)."""
         pci_bus = device.name
         if pci_bus not in self._kinds:
-            files = _CardFiles(card, device, self._warn)
-            blob = files.binary("gpu_metrics", quiet=True)
+            # Peeks, not reads: a failure here is told when the card is read.
+            blob = _peek_bytes(device / "gpu_metrics", GPU_METRICS_MAX_BYTES)
             metrics_format = gpu_metrics.format_revision(blob) if blob else None
-            vram = files.number("mem_info_vram_total", quiet=True)
+            vram_text = _peek(device / "mem_info_vram_total")
+            vram = float(vram_text) if vram_text and vram_text.isdigit() else None
             kind, why = card_kind(metrics_format, vram)
             if metrics_format is None:  # the deciding fact is missing: ask again next time
                 return kind if self._selects(pci_bus, kind) else None
             self._kinds[pci_bus] = (kind, why)
             if not self._selects(pci_bus, kind):
                 log.info("%s (%s, %s) is %s (%s); not read: [gpu] cards = %s", card, pci_bus,
-                         _device_id(files), kind, why, _describe(self.cards))
+                         _device_id(_CardFiles(card, device, self._files)), kind, why,
+                         _describe(self.cards))
         kind = self._kinds[pci_bus][0]
         return kind if self._selects(pci_bus, kind) else None
 
@@ -215,14 +228,15 @@ class AmdgpuSysfs:
         return pci_bus in self.cards
 
     def _read_card(self, card: str, endpoint: Path, kind: str) -> CardReading:
-        files = _CardFiles(card, endpoint, self._warn)
+        files = _CardFiles(card, endpoint, self._files)
         reading = CardReading(card, endpoint.name, files.text("unique_id", quiet=True) or "",
                               device_id=_device_id(files), kind=kind)
         hwmon = self._hwmon(endpoint)
         if hwmon is not None:
-            self._read_hwmon(reading, _CardFiles(card, hwmon, self._warn))
+            self._files.ok(f"{card}: hwmon")
+            self._read_hwmon(reading, _CardFiles(card, hwmon, self._files))
         else:
-            self._warn(card, "hwmon", "no amdgpu hwmon directory")
+            self._files.failed(f"{card}: hwmon", "no amdgpu hwmon directory")
         for clock, filename in _CLOCK_FILES.items():
             table = files.dpm_table(filename)
             if table is not None:
@@ -243,11 +257,8 @@ class AmdgpuSysfs:
         except OSError:
             return None
         for candidate in candidates:
-            try:
-                if (candidate / "name").read_text().strip() == "amdgpu":
-                    return candidate
-            except OSError:
-                continue
+            if _peek(candidate / "name") == "amdgpu":
+                return candidate
         return None
 
     def _read_hwmon(self, reading: CardReading, hwmon: _CardFiles) -> None:
@@ -289,7 +300,7 @@ class AmdgpuSysfs:
             ports["upstream"] = upstream
         links = []
         for port, path in ports.items():
-            files = _CardFiles(card, path, self._warn, prefix=f"{port}/")
+            files = _CardFiles(card, path, self._files, prefix=f"{port}/")
             for kind in ("current", "max"):
                 speed = files.link_speed(f"{kind}_link_speed")
                 width = files.number(f"{kind}_link_width")
@@ -298,13 +309,12 @@ class AmdgpuSysfs:
         return links
 
     def _read_gpu_metrics(self, reading: CardReading, files: _CardFiles) -> None:
-        blob = files.binary("gpu_metrics")
+        blob = files.raw("gpu_metrics", max_bytes=GPU_METRICS_MAX_BYTES)
         if blob is None:
             return
-        try:
-            metrics = gpu_metrics.decode(blob)
-        except gpu_metrics.GpuMetricsError as exc:
-            self._warn(reading.card, "gpu_metrics", str(exc))
+        reading.gpu_metrics_revision = gpu_metrics.revision(blob)
+        metrics = files.parse("gpu_metrics", blob, gpu_metrics.decode)
+        if metrics is None:
             return
         if metrics.throttle_status is not None:
             reading.throttle_reasons = gpu_metrics.throttle_reasons(metrics.throttle_status)
@@ -314,11 +324,6 @@ class AmdgpuSysfs:
             reading.energy_joules = counter.add(metrics.energy_accumulator,
                                                 metrics.system_clock_ns,
                                                 metrics.average_socket_power_watts)
-
-    def _warn(self, card: str, filename: str, reason: str) -> None:
-        if (card, filename) not in self._warned:
-            self._warned.add((card, filename))
-            log.warning("%s: %s: %s (reported once)", card, filename, reason)
 
 
 def _device_id(files: _CardFiles) -> str:
@@ -332,90 +337,128 @@ def _describe(cards: str | frozenset[str]) -> str:
     return cards if isinstance(cards, str) else ", ".join(sorted(cards))
 
 
-class _CardFiles:
-    """Reads one directory's files, turning every failure into None plus one log line."""
+class _FileConditions:
+    """Each card file's state, subjects "card1: gpu_busy_percent": told through the
+    log's Conditions, and kept in `problems` while it lasts."""
 
-    def __init__(
-        self, card: str, directory: Path, warn: Callable[[str, str, str], None], prefix: str = ""
-    ) -> None:
+    def __init__(self, conditions: Conditions, problems: dict[tuple[str, str], str]) -> None:
+        self.conditions = conditions
+        self.problems = problems
+
+    def failed(self, subject: str, reason: str) -> None:
+        self.problems[_key(subject)] = reason
+        self.conditions.failed(subject, reason)
+
+    def ok(self, subject: str) -> None:
+        self.problems.pop(_key(subject), None)
+        self.conditions.ok(subject)
+
+
+def _key(subject: str) -> tuple[str, str]:
+    card, _, name = subject.partition(": ")
+    return card, name
+
+
+class _CardFiles:
+    """Reads one directory's files; a failure is None, and told (see the module)."""
+
+    def __init__(self, card: str, directory: Path, conditions: _FileConditions,
+                 prefix: str = "") -> None:
         self.card = card
         self.directory = directory
-        self.warn = warn
+        self.conditions = conditions
         self.prefix = prefix
 
-    def binary(self, name: str, quiet: bool = False) -> bytes | None:
+    def read(self, name: str, parse: Callable[[bytes], T], quiet: bool = False,
+             max_bytes: int = TEXT_MAX_BYTES) -> T | None:
+        """`parse` of the file's bytes; ValueError from it is the file's failure.
+        `quiet`: a file the ASIC may lack (absent or EOPNOTSUPP) is no failure."""
+        blob = self.raw(name, quiet, max_bytes)
+        return None if blob is None else self.parse(name, blob, parse)
+
+    def raw(self, name: str, quiet: bool = False,
+            max_bytes: int = TEXT_MAX_BYTES) -> bytes | None:
+        """The file's bytes; a read failure is told, a success is not yet (`parse` tells)."""
         try:
-            return _read_until_eof(f"{self.directory}/{name}")
+            return read_capped(self.directory / name, max_bytes)
         except OSError as exc:
-            self._failed(name, exc, quiet)
+            if not (quiet and exc.errno in _NOT_SUPPORTED):
+                self.conditions.failed(self._subject(name), _reason(exc))
             return None
+
+    def parse(self, name: str, blob: bytes, parse: Callable[[bytes], T]) -> T | None:
+        try:
+            value = parse(blob)
+        except ValueError as exc:  # UnicodeDecodeError and GpuMetricsError too
+            self.conditions.failed(self._subject(name), str(exc))
+            return None
+        self.conditions.ok(self._subject(name))
+        return value
+
+    def _subject(self, name: str) -> str:
+        return f"{self.card}: {self.prefix}{name}"
 
     def text(self, name: str, quiet: bool = False) -> str | None:
-        blob = self.binary(name, quiet)
-        if blob is None:
-            return None
-        try:
-            return blob.decode("ascii").strip()
-        except UnicodeDecodeError as exc:
-            self._failed(name, exc, quiet)
-            return None
+        return self.read(name, _ascii, quiet)
 
     def number(self, name: str, scale: float = 1.0, quiet: bool = False) -> float | None:
-        text = self.text(name, quiet)
-        if text is None:
-            return None
-        try:
-            return int(text) * scale
-        except ValueError:
-            self.warn(self.card, self.prefix + name, f"not an integer: {text[:40]!r}")
-            return None
+        return self.read(name, lambda blob: _integer(blob) * scale, quiet)
 
     def ratio(self, name: str) -> float | None:
-        percent = self.number(name)
-        if percent is not None and not 0 <= percent <= 100:
-            self.warn(self.card, self.prefix + name, f"percentage out of range: {percent:g}")
-            return None
-        return None if percent is None else percent / 100
+        return self.read(name, _ratio)
 
     def link_speed(self, name: str) -> float | None:
-        text = self.text(name, quiet=True)
-        if text is None:
-            return None
-        match = _LINK_SPEED.match(text)
-        if match is None:  # "Unknown" while the link is down
-            self.warn(self.card, self.prefix + name, f"no link speed in {text[:40]!r}")
-            return None
-        return float(match.group(1)) * 1e9
+        return self.read(name, _link_speed, quiet=True)
 
     def dpm_table(self, name: str) -> DpmTable | None:
-        text = self.text(name)
-        if text is None:
-            return None
-        try:
-            return parse_dpm_table(text)
-        except ValueError as exc:
-            self.warn(self.card, self.prefix + name, str(exc))
-            return None
-
-    def _failed(self, name: str, exc: Exception, quiet: bool) -> None:
-        if quiet and isinstance(exc, OSError) and exc.errno in _NOT_SUPPORTED:
-            return  # hwmon hides files the ASIC does not support, or they answer so
-        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
-        if isinstance(exc, OSError) and exc.errno in (errno.EPERM, errno.EBUSY, errno.ENODATA):
-            reason += " (card suspended or in reset?)"
-        self.warn(self.card, self.prefix + name, reason)
+        return self.read(name, lambda blob: parse_dpm_table(_ascii(blob)))
 
 
-def _read_until_eof(path: str) -> bytes:
-    """Read a sysfs file with plain syscalls: a scrape reads ~70 of them per card.
+def _ascii(blob: bytes) -> str:
+    return blob.decode("ascii").strip()
 
-    gpu_metrics may come back in short reads, so read until EOF (amdgpu_pm.c).
-    """
-    fd = os.open(path, os.O_RDONLY)
+
+def _integer(blob: bytes) -> int:
+    text = _ascii(blob)
     try:
-        chunks = []
-        while chunk := os.read(fd, 65536):
-            chunks.append(chunk)
-        return b"".join(chunks)
-    finally:
-        os.close(fd)
+        return int(text)
+    except ValueError:
+        raise ValueError(f"not an integer: {text[:40]!r}") from None
+
+
+def _ratio(blob: bytes) -> float:
+    percent = _integer(blob)
+    if not 0 <= percent <= 100:
+        raise ValueError(f"percentage out of range: {percent:g}")
+    return percent / 100
+
+
+def _link_speed(blob: bytes) -> float:
+    text = _ascii(blob)
+    match = _LINK_SPEED.match(text)
+    if match is None:  # "Unknown" while the link is down
+        raise ValueError(f"no link speed in {text[:40]!r}")
+    return float(match.group(1)) * 1e9
+
+
+def _reason(exc: OSError) -> str:
+    reason = exc.strerror or str(exc)
+    if exc.errno in (errno.EPERM, errno.EBUSY, errno.ENODATA):
+        reason += " (card suspended or in reset?)"
+    return reason
+
+
+def _peek_bytes(path: Path, max_bytes: int = TEXT_MAX_BYTES) -> bytes | None:
+    """A file's bytes, or None on any failure, told nowhere (enumeration, kind)."""
+    try:
+        return read_capped(path, max_bytes)
+    except OSError:
+        return None
+
+
+def _peek(path: Path) -> str | None:
+    blob = _peek_bytes(path)
+    try:
+        return None if blob is None else _ascii(blob)
+    except UnicodeDecodeError:
+        return None

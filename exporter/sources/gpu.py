@@ -3,12 +3,18 @@
 sysfs carries everything a 7900 XTX exposes (docs/facts/amdgpu.md); pyrsmi
 has no temperature, clock or throttle calls, so it only ever overlays
 utilisation, VRAM, power and fan on the sysfs reading.
+
+A reading younger than `[gpu] reading_max_age_seconds` (1 s) is served again rather
+than reread: scrapes that overlap already share one read (exporter/runtime.py), and
+this bounds the driver's work under scrapes that come one after another
+(docs/gpu.md#how-often-the-card-files-are-read).
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from exporter.sources.amdgpu_sysfs import AmdgpuSysfs, CardReading
@@ -30,24 +36,33 @@ class GpuSource:
     name = "gpu"
 
     def __init__(self, sysfs: AmdgpuSysfs, overlay: PyrsmiOverlay | None = None,
-                 expected_cards: int = 0) -> None:
+                 expected_cards: int = 0, max_age_seconds: float = 0.0,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self.sysfs = sysfs
         self.overlay = overlay
         self.expected_cards = expected_cards
+        self.max_age_seconds = max_age_seconds
+        self.clock = clock
         self._read = BlockingRead(self.read_now, f"GPU read under {sysfs.root}")
+        self._last: tuple[float, GpuReading] | None = None  # (when its read began, it)
 
     @classmethod
     def from_backend(cls, backend: str, sysfs_root: str,
                      cards: str | Sequence[str] = "discrete",
-                     expected_cards: int = 0) -> GpuSource:
+                     expected_cards: int = 0, max_age_seconds: float = 0.0) -> GpuSource:
         overlay = None
         if backend in ("auto", "pyrsmi"):
             rocml = load_rocml(required=backend == "pyrsmi")
             overlay = PyrsmiOverlay(rocml) if rocml is not None else None
-        return cls(AmdgpuSysfs(sysfs_root, cards), overlay, expected_cards)
+        return cls(AmdgpuSysfs(sysfs_root, cards), overlay, expected_cards, max_age_seconds)
 
     async def read(self) -> GpuReading:
-        return await self._read()
+        started = self.clock()
+        if self._last is not None and started - self._last[0] < self.max_age_seconds:
+            return self._last[1]
+        reading = await self._read()  # a failure is not kept: the next scrape reads again
+        self._last = (started, reading)
+        return reading
 
     def read_now(self) -> GpuReading:
         cards = self.sysfs.read_cards()

@@ -84,6 +84,15 @@ def decode(blob: bytes) -> GpuMetrics:
     )
 
 
+def revision(blob: bytes) -> tuple[int, int] | None:
+    """(format, content) revision from the header, e.g. (1, 3); None for a blob
+    shorter than the header."""
+    if len(blob) < HEADER.size:
+        return None
+    _, frev, crev = HEADER.unpack_from(blob)
+    return frev, crev
+
+
 def format_revision(blob: bytes) -> int | None:
     """The format revision (1: dGPU layouts, 2 and 3: APU layouts) of a blob whose
     header is consistent (its structure_size is the size read), else None."""

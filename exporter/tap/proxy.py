@@ -22,6 +22,7 @@ from aiohttp import web
 from multidict import CIMultiDict, CIMultiDictProxy
 from yarl import URL
 
+from exporter.log_limits import Conditions
 from exporter.tap.asks import StreamAsk
 from exporter.tap.state import LiveStream, TapState
 
@@ -53,6 +54,8 @@ class TapProxy:
         self.state = state
         self.connect_timeout_seconds = connect_timeout_seconds
         self.session: aiohttp.ClientSession | None = None
+        # One line per change, not per agent request, while the engine is down.
+        self._conditions = Conditions(log)
         self._in_flight = 0
         self._idle = asyncio.Event()
         self._idle.set()
@@ -108,7 +111,9 @@ class TapProxy:
             raise
         except (aiohttp.ClientError, OSError, TimeoutError) as exc:
             reason = " ".join(f"{type(exc).__name__}: {exc}".split())
-            log.warning("tap %s %s: upstream failed: %s", request.method, url, reason)
+            self._conditions.failed(f"tap upstream {self.upstream_url}",
+                                    f"{request.method} {url.path}: {reason}",
+                                    kind=type(exc).__name__)
             if ask is not None:
                 if not ask.decided and request.body_exists:
                     # The engine never took the body: read it here for its flag.
@@ -118,6 +123,7 @@ class TapProxy:
                     self.state.count("error")
             return web.Response(status=502, text=f"tap: upstream {self.upstream_url} "
                                                  f"failed: {reason}\n")
+        self._conditions.ok(f"tap upstream {self.upstream_url}")
         async with upstream:
             return await self._relay(request, upstream, sent_at, ask)
 
@@ -158,13 +164,16 @@ class TapProxy:
                     self.state.chunk(stream, chunk)
                 await response.write(chunk)
             await response.write_eof()
+            self._conditions.ok(f"tap upstream {self.upstream_url} mid-response")
             outcome = counted or "ok"
         except (asyncio.CancelledError, ConnectionResetError):
             outcome = "client_closed"  # the client went away: leaving closes the upstream
             raise
         except (aiohttp.ClientError, OSError, TimeoutError) as exc:
-            log.warning("tap %s %s: upstream broke mid-response: %s", request.method,
-                        request.rel_url, exc)
+            self._conditions.failed(f"tap upstream {self.upstream_url} mid-response",
+                                    f"{request.method} {request.rel_url.path}: broke "
+                                    f"mid-response: {type(exc).__name__}: {exc}",
+                                    kind=type(exc).__name__)
             # Headers are out: the one honest signal left is to cut the client's
             # connection too, so it sees a truncated response, not a clean end.
             if request.transport is not None:

@@ -12,6 +12,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from exporter.config import WebConfig
+from exporter.open_files import RESERVED_FOR_SOURCES
 from exporter.rigctl.stack import prometheus_config
 
 REPO = Path(__file__).resolve().parents[2]
@@ -62,6 +64,14 @@ def test_unit_starts_the_installed_exporter_with_a_config_file() -> None:
     assert exec_start.startswith("/opt/rig-telemetry/.venv/bin/rig-exporter ")
     assert "--config.file=" in exec_start
     assert parse_unit(UNIT.read_text())["Install"]["WantedBy"] == ["multi-user.target"]
+
+
+def test_unit_gives_room_for_every_connection_and_the_sources() -> None:
+    service = parse_unit(UNIT.read_text())["Service"]
+    (limit,) = service["LimitNOFILE"]
+    # One number sets soft and hard alike; the exporter would raise soft to hard anyway.
+    assert limit.isdigit(), limit
+    assert int(limit) >= WebConfig.max_connections + RESERVED_FOR_SOURCES
 
 
 @pytest.mark.skipif(shutil.which("systemd-analyze") is None,

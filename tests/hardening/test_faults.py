@@ -22,7 +22,9 @@ CARD1 = next(spec for spec in RIG_CARDS if spec.card == "card1")
 
 def _exporter(tmp_path: Path, sysfs: Path, **engine: object) -> Exporter:
     write_proc(tmp_path / "proc", HostSpec())
-    raw: dict = {"gpu": {"backend": "sysfs", "sysfs_root": str(sysfs)},
+    # reading_max_age_seconds 0: each scrape rereads the card tree these tests change.
+    raw: dict = {"gpu": {"backend": "sysfs", "sysfs_root": str(sysfs),
+                         "reading_max_age_seconds": 0},
                  "host": {"proc_root": str(tmp_path / "proc")},
                  "web": {"scrape_deadline_seconds": 1.0}}
     if engine:

@@ -126,9 +126,9 @@ toml_scalars = (st.booleans() | st.integers(-10**6, 10**6) | st.floats(allow_nan
                 | st.text(max_size=30))
 CONFIG_KEYS = {
     "web": ("listen_address", "scrape_deadline_seconds", "config_file", "access_log"),
-    "gpu": ("enabled", "backend", "sysfs_root"),
+    "gpu": ("enabled", "backend", "sysfs_root", "reading_max_age_seconds"),
     "host": ("enabled", "proc_root"),
-    "log": ("level",),
+    "log": ("level", "repeat_interval_seconds"),
     "thresholds": tuple(f.name for f in fields(Thresholds)),
 }
 ENGINE_KEYS = ("name", "url", "kind", "probe_interval_seconds", "probe_timeout_seconds",

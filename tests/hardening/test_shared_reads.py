@@ -1,14 +1,20 @@
-"""Concurrent scrapes share one read of each source instead of multiplying the load."""
+"""Concurrent scrapes share one read of each source instead of multiplying the load,
+and scrapes one after another share a GPU reading younger than its max age."""
 
 from __future__ import annotations
 
 import asyncio
 
 import aiohttp
+import pytest
 
 from exporter.config import load_config
 from exporter.runtime import Exporter
+from exporter.sources import gpu
+from exporter.sources.amdgpu_sysfs import AmdgpuSysfs
+from exporter.sources.gpu import GpuSource
 from exporter.sources.host import HostReading
+from tests.conftest import SYSFS_FIXTURE
 from tests.scrape import parse_samples, serving, value
 
 
@@ -81,3 +87,61 @@ def test_one_cancelled_scraper_does_not_cancel_the_shared_read() -> None:
 
     assert asyncio.run(run()) is True
     assert source.reads == 1
+
+
+class CountingSysfs(AmdgpuSysfs):
+    """The fixture's two cards, each full read of their files counted."""
+
+    reads = 0
+
+    def read_cards(self):  # type: ignore[override]
+        type(self).reads += 1
+        return super().read_cards()
+
+
+def test_a_gpu_reading_younger_than_its_max_age_is_served_again() -> None:
+    now = [100.0]
+    source = GpuSource(CountingSysfs(SYSFS_FIXTURE), max_age_seconds=1.0, clock=lambda: now[0])
+
+    async def read_at(*times: float) -> list[object]:
+        readings = []
+        for t in times:
+            now[0] = 100.0 + t
+            readings.append(await source.read())
+        return readings
+
+    CountingSysfs.reads = 0
+    first, again, late, fresh = asyncio.run(read_at(0.0, 0.5, 0.99, 1.0))
+    assert first is again is late  # within the second: the same reading, no file opened
+    assert fresh is not first and CountingSysfs.reads == 2
+
+
+def test_fifty_scrapers_back_to_back_read_the_cards_once_a_second(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(gpu, "AmdgpuSysfs", CountingSysfs)
+    exporter = Exporter(load_config({"gpu": {"backend": "sysfs",
+                                             "sysfs_root": str(SYSFS_FIXTURE)},
+                                     "host": {"enabled": False}}))
+    max_age = exporter.config.gpu.reading_max_age_seconds
+
+    async def scrape_for(seconds: float) -> tuple[int, float]:
+        scrapes = 0
+        async with serving(exporter) as url, aiohttp.ClientSession() as session:
+            loop = asyncio.get_running_loop()
+            started = loop.time()
+
+            async def scraper() -> None:
+                nonlocal scrapes
+                while loop.time() - started < seconds:
+                    async with session.get(url + "/metrics") as response:
+                        assert response.status == 200
+                        await response.read()
+                    scrapes += 1
+            await asyncio.gather(*(scraper() for _ in range(50)))
+            return scrapes, loop.time() - started
+
+    CountingSysfs.reads = 0
+    scrapes, elapsed = asyncio.run(scrape_for(2.0))
+    # Each read begins at least max_age after the one before it.
+    assert CountingSysfs.reads <= elapsed / max_age + 1, (CountingSysfs.reads, scrapes)
+    assert scrapes > CountingSysfs.reads

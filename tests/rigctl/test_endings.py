@@ -173,7 +173,8 @@ def test_ctrl_c_stops_rig_exporter_with_0() -> None:
         os.killpg(process.pid, signal.SIGINT)
         out, err = process.communicate(timeout=60)
     assert process.returncode == OK, err
-    assert "Traceback" not in err and err.splitlines()[-1].endswith("stopping")
+    assert "Traceback" not in err and "stopping" in err
+    assert err.splitlines()[-1].endswith("stopped: every source closed")
 
 
 # --- unreachable URLs and bad flags --------------------------------------------

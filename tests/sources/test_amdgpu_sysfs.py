@@ -6,6 +6,7 @@ import errno
 import filecmp
 import logging
 import os
+import tracemalloc
 from pathlib import Path
 
 import pytest
@@ -21,6 +22,7 @@ from exporter.sim.rig.sysfs_writer import (
 from exporter.snapshot import SourceError
 from exporter.sources import amdgpu_sysfs
 from exporter.sources.amdgpu_sysfs import AmdgpuSysfs, CardReading
+from exporter.sources.files import GPU_METRICS_MAX_BYTES, TEXT_MAX_BYTES
 from tests.conftest import SYSFS_FIXTURE, card_device, hwmon_dir
 
 
@@ -135,6 +137,23 @@ class TestBrokenInput:
         assert cards["card2"].throttle_reasons is None
         assert cards["card1"].throttle_reasons == frozenset()
 
+    def test_the_reader_keeps_the_revision_and_each_file_s_problem(
+            self, sysfs_root: Path) -> None:
+        """What `rigctl doctor` reports per card: the revision read, and why a file
+        could not be used."""
+        metrics = card_device(sysfs_root, "card2") / "gpu_metrics"
+        blob = bytearray(metrics.read_bytes())
+        blob[2:4] = bytes([1, 4])
+        metrics.write_bytes(bytes(blob))
+        (card_device(sysfs_root, "card1") / "pp_dpm_mclk").write_text("level one\n")
+        reader = AmdgpuSysfs(sysfs_root)
+        cards = {c.card: c for c in reader.read_cards()}
+        assert cards["card1"].gpu_metrics_revision == (1, 3)
+        assert cards["card2"].gpu_metrics_revision == (1, 4)
+        assert reader.problems[("card2", "gpu_metrics")] == "revision 1.4 has no known layout here"
+        assert reader.problems[("card1", "pp_dpm_mclk")] == "unexpected line 'level one'"
+        assert ("card1", "gpu_metrics") not in reader.problems
+
     def test_non_numeric_hwmon_file_drops_that_reading_only(self, sysfs_root: Path) -> None:
         (hwmon_dir(sysfs_root, "card1") / "temp2_input").write_text("garbage\n")
         card = read(sysfs_root)["card1"]
@@ -235,15 +254,47 @@ def test_power1_input_that_answers_eopnotsupp_falls_back_quietly(
 ) -> None:
     # A kernel that shows power1_input though the SMU answers -EOPNOTSUPP on read.
     (hwmon_dir(sysfs_root, "card2") / "power1_input").write_text("")
-    real = amdgpu_sysfs._read_until_eof
+    real = amdgpu_sysfs.read_capped
 
-    def not_supported(path: str) -> bytes:
-        if path.endswith("power1_input"):
+    def not_supported(path: Path, max_bytes: int) -> bytes:
+        if path.name == "power1_input":
             raise OSError(errno.EOPNOTSUPP, "Operation not supported")
-        return real(path)
+        return real(path, max_bytes)
 
-    monkeypatch.setattr(amdgpu_sysfs, "_read_until_eof", not_supported)
+    monkeypatch.setattr(amdgpu_sysfs, "read_capped", not_supported)
     with caplog.at_level(logging.WARNING):
         cards = read(sysfs_root)
     assert cards["card2"].power_watts == 339.0
     assert "power1_input" not in caplog.text
+
+
+class TestReadsAreCapped:
+    """A file no kernel would write costs its limit, not the exporter's memory."""
+
+    def test_a_link_to_dev_zero_is_that_files_error(
+        self, sysfs_root: Path, caplog: pytest.LogCaptureFixture
+    ) -> None:
+        busy = card_device(sysfs_root, "card1") / "gpu_busy_percent"
+        busy.unlink()
+        busy.symlink_to("/dev/zero")
+        with caplog.at_level(logging.WARNING):
+            card = read(sysfs_root)["card1"]
+        assert card.busy_ratio is None
+        assert card.memory_busy_ratio == 0.41  # the card's other files read as ever
+        assert f"longer than {TEXT_MAX_BYTES} bytes" in caplog.text
+
+    def test_a_huge_gpu_metrics_is_read_no_further_than_its_limit(
+        self, sysfs_root: Path, caplog: pytest.LogCaptureFixture
+    ) -> None:
+        metrics = card_device(sysfs_root, "card1") / "gpu_metrics"
+        with metrics.open("r+b") as f:
+            f.truncate(64 * 1024 * 1024)  # sparse: no disk, 64 MiB to whoever reads it all
+        tracemalloc.start()
+        try:
+            card = read(sysfs_root)["card1"]
+            _, peak = tracemalloc.get_traced_memory()
+        finally:
+            tracemalloc.stop()
+        assert card.throttle_reasons is None
+        assert peak < 4 * GPU_METRICS_MAX_BYTES
+        assert "card1: gpu_metrics" in caplog.text

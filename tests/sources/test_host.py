@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 from pathlib import Path
 
 import psutil
@@ -119,3 +120,45 @@ class TestCpuHwmon:
         write_cpu_hwmon(tmp_path, 71.5)
         (tmp_path / "class" / "hwmon" / "hwmon2" / "temp1_input").write_text("EIO\n")
         assert cpu_temperatures(tmp_path) == {}
+
+
+class TestOneBadLine:
+    """One bad line costs its own series; RAM and swap stay."""
+
+    def test_a_bad_byte_in_pressure_drops_that_line_only(
+        self, tmp_path: Path, caplog: pytest.LogCaptureFixture
+    ) -> None:
+        write_proc(tmp_path, HostSpec())
+        (tmp_path / "pressure" / "memory").write_bytes(
+            b"some avg10=0.00 avg60=0.00 avg300=0.00 total=12\xff34\n"
+            b"full avg10=0.00 avg60=0.00 avg300=0.00 total=7000000\n")
+        with caplog.at_level(logging.WARNING):
+            reading = HostSource(str(tmp_path)).read_now()
+        assert reading.memory_total_bytes == 64 * GIB
+        assert reading.swap_total_bytes == HostSpec().swap_total_bytes
+        assert reading.pressure_stall_seconds_total == {"full": 7.0}
+        assert 'kind="some"} is absent' in caplog.text
+
+    def test_a_bad_meminfo_line_is_skipped_and_told(
+        self, tmp_path: Path, caplog: pytest.LogCaptureFixture
+    ) -> None:
+        write_proc(tmp_path, HostSpec())
+        meminfo = tmp_path / "meminfo"
+        meminfo.write_bytes(meminfo.read_bytes() + b"Hugepagesize:\xff 2048 kB\n")
+        with caplog.at_level(logging.WARNING):
+            reading = HostSource(str(tmp_path)).read_now()
+        assert reading.memory_available_bytes == 19 * GIB
+        assert "meminfo: 1 line(s) not understood" in caplog.text
+
+    def test_no_swap_lines_in_vmstat_leave_the_swap_counters_absent(self, tmp_path: Path) -> None:
+        write_proc(tmp_path, HostSpec())
+        (tmp_path / "vmstat").write_text("nr_free_pages 1000\n")
+        reading = HostSource(str(tmp_path)).read_now()
+        assert reading.swap_in_bytes_total is None and reading.swap_out_bytes_total is None
+
+    def test_a_meminfo_that_never_ends_is_a_source_error(self, tmp_path: Path) -> None:
+        write_proc(tmp_path, HostSpec())
+        (tmp_path / "meminfo").unlink()
+        (tmp_path / "meminfo").symlink_to("/dev/zero")
+        with pytest.raises(SourceError, match="longer than"):
+            HostSource(str(tmp_path)).read_now()

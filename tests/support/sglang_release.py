@@ -66,10 +66,10 @@ class ReleaseFeatures:
 class _Processes:
     """One prometheus_client file identity per simulated SGLang process."""
 
-    def __init__(self, directory: str) -> None:
+    def __init__(self, directory: str, pids: dict[str, int] | None = None) -> None:
         self.directory = directory
         self._classes: dict[str, type] = {}
-        self._pids = {"tokenizer": 101, "tp0": 102, "tp1": 103, "detokenizer": 104}
+        self._pids = pids or {"tokenizer": 101, "tp0": 102, "tp1": 103, "detokenizer": 104}
 
     @contextlib.contextmanager
     def acting_as(self, process: str) -> Iterator[None]:
@@ -108,6 +108,9 @@ class ReleasePlayback:
     streaming: int = 0
     #: Requests in the running batch that do not stream.
     non_streaming: int = 0
+    #: The pid each simulated process writes its files as (tokenizer, tp0, tp1,
+    #: detokenizer); by default made-up ones.
+    pids: dict[str, int] | None = None
     features: ReleaseFeatures = field(init=False)
 
     def __post_init__(self) -> None:
@@ -115,7 +118,7 @@ class ReleasePlayback:
         if not self.directory:
             self._tmp = tempfile.TemporaryDirectory(prefix="sglang-prom-")
             self.directory = self._tmp.name
-        self._processes = _Processes(self.directory)
+        self._processes = _Processes(self.directory, self.pids)
         self._metrics: dict[str, object] = {}
         self._declare()
         self._at = self.clock()

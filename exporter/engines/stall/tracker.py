@@ -21,6 +21,7 @@ from dataclasses import dataclass
 
 from exporter.engines.stall.plans import ProgressView, SignalPlan
 from exporter.engines.stall.readers import CounterReader
+from exporter.log_limits import Conditions
 from exporter.snapshot import SourceError
 from exporter.thresholds import Thresholds
 
@@ -118,6 +119,7 @@ class StallPoller:
         # A poll slower than this is an engine that does not answer, not a stall.
         self.timeout_seconds = timeout_seconds
         self.tracker = DecodeStallTracker(window_seconds)
+        self._conditions = Conditions(log, level=logging.ERROR)
 
     def state(self) -> StallState:
         return self.tracker.state(self.clock())
@@ -149,9 +151,13 @@ class StallPoller:
         while True:
             try:
                 await self.poll_once()
-            except Exception:  # a bug must not end tracking for the exporter's lifetime
-                log.exception("stall tracker poll failed")
+            except Exception as exc:  # a bug must not end tracking for the exporter's lifetime
+                # 4 polls a second: the traceback once an interval, not each time.
+                self._conditions.failed("stall tracker poll", f"{type(exc).__name__}: {exc}",
+                                        kind=type(exc).__name__, exc=exc)
                 self.tracker.observe_unreachable(self.clock())
+            else:
+                self._conditions.ok("stall tracker poll")
             next_poll += self.reader.resolution_seconds()
             delay = next_poll - self.clock()
             if delay < 0:  # fell behind (a slow poll): keep the cadence, skip the backlog

@@ -1,7 +1,7 @@
 """Write the host files the host source reads, for the simulated rig and tests.
 
-Formats: proc(5) for meminfo and vmstat (pswpin/pswpout count 4 KiB pages, as
-psutil reads them), the kernel's PSI doc for pressure/memory (total in µs), and
+Formats: proc(5) for meminfo and vmstat (pswpin/pswpout count pages of the host's
+size, as the host source reads them), the kernel's PSI doc for pressure/memory (total in µs), and
 the hwmon ABI for the CPU's k10temp chip (`name`, `tempN_input` in m°C,
 `tempN_label`). Every file is replaced whole (write, then rename), so a reader
 never sees half a file while a scenario rewrites it.
@@ -13,10 +13,12 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from exporter.sources.host import PAGE_BYTES
+
 KIB = 1024
 MIB = 1024**2
 GIB = 1024**3
-PAGE = 4 * KIB
+PAGE = PAGE_BYTES
 
 
 @dataclass(frozen=True)
