@@ -1,5 +1,6 @@
 """A simulated SGLang server: /metrics, /server_info, /get_server_info, /health,
-/generate, /v1/completions, /v1/loads, and a control endpoint under /sim/.
+/generate, /v1/completions, /v1/chat/completions, /v1/loads, and a control endpoint
+under /sim/.
 
 /metrics is rendered from a SimEngine in SGLang 0.5.23's multiprocess format, on a
 template that is the genuine capture `sglang-0.5.23-metrics-multiproc-b.txt` (TP=2)
@@ -197,6 +198,7 @@ class SimServer:
         self.app.router.add_get("/v1/loads", self.loads)
         self.app.router.add_post("/generate", self.generate)
         self.app.router.add_post("/v1/completions", self.completions)
+        self.app.router.add_post("/v1/chat/completions", self.chat_completions)
         self.app.add_routes(self.control.routes())
         self.app.cleanup_ctx.append(self._pump)
         self._runner: web.AppRunner | None = None
@@ -296,6 +298,10 @@ class SimServer:
     async def completions(self, request: web.Request) -> web.StreamResponse:
         return await generation.completions(self.hub, request,
                                             await generation.read_json(request))
+
+    async def chat_completions(self, request: web.Request) -> web.StreamResponse:
+        return await generation.chat_completions(self.hub, request,
+                                                 await generation.read_json(request))
 
     async def _huge(self, request: web.Request) -> web.StreamResponse:
         # Chunked, with no Content-Length to refuse it by: the client must count.
