@@ -61,7 +61,7 @@ def build_sources(config: Config,
     for engine_config in config.engines:
         # The engine and its probe are built from the whole [[engine]] table but the
         # tap's address: moving the tap restarts neither (nor the stall tracker).
-        table = replace(engine_config, tap_listen_address="")
+        table = replace(engine_config, tap_listen_address="", agents=())
         engine = add(("engine", table), EngineSource, engine_config)
         # The probe speaks SGLang's /generate stream; it starts after its engine
         # (start order is list order), whose session it shares.
