@@ -159,7 +159,8 @@ class SimEngine:
     queued: int = 0
     token_usage: float = 0.0
     max_total_num_tokens: int = 219005
-    #: The model's context length (/server_info `context_len`): 196,608 on the rig
+    #: The model's context length (/server_info `context_length`, /v1/models
+    #: `max_model_len`): 196,608 on the rig
     #: (docs/facts/rig.md#hardware-and-software). A request without a token limit
     #: may generate up to it (SGLang's `init_req_max_new_tokens`).
     context_len: int = 196_608
@@ -260,6 +261,12 @@ class SimEngine:
         self._advance()
         self.policy = policy
         self.scheduler.policy = policy
+
+    def set_timings(self, timings: Timings) -> None:
+        """New batch durations (a prefill stretch); they apply from the next batch."""
+        self._advance()
+        self.timings = timings
+        self.scheduler.timings = timings
 
     def advance(self) -> None:
         """Bring the scheduler and the synthetic decode up to the clock's now."""
@@ -432,7 +439,8 @@ class SimEngine:
             "prefill_decode_interval": self.policy.prefill_decode_interval,
             "max_running_requests": self.policy.max_running_requests,
             "max_total_num_tokens": self.max_total_num_tokens,
-            "context_len": self.context_len,
+            # The rig's --context-length (SGLang lists every server argument).
+            "context_length": self.context_len,
             "schedule_policy": "fcfs",
             "decode_log_interval": 40,
             "internal_states": [{}] * self.dp_size,
