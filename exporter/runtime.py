@@ -71,7 +71,9 @@ def build_sources(config: Config,
             log.warning("engine %s: no stream probe for kind %s (SGLang only)",
                         engine_config.name, engine_config.kind)
         if engine_config.tap_listen_address:
-            add(tap_key(engine_config), TapSource, engine_config)
+            tap = add(tap_key(engine_config), TapSource, engine_config)
+            assert isinstance(tap, TapSource)
+            tap.state.set_agents(engine_config.agents)
     return sources
 
 
