@@ -34,6 +34,7 @@ DECODE = ("Decode and latency", UIDS["decode"])
 HICACHE = ("KV and HiCache", UIDS["hicache"])
 GPUS = ("GPUs", UIDS["gpus"])
 HOST = ("Host", UIDS["host"])
+AGENTS = ("Agents", UIDS["agents"])
 
 
 def _families(t: Thresholds) -> list:
@@ -75,6 +76,19 @@ def _families(t: Thresholds) -> list:
             ),
             thresholds=steps(("orange", 1)),
             link=DECODE, alerts=("RigQueueHeadOfLine",),
+        ),
+        stat(
+            "Agents",
+            "The oldest streaming request of any agent in flight, and the longest any agent"
+            " has waited for a first token (stream tap; no data without one).",
+            "s",
+            targets(
+                (f"max({sel('rig_agent_longest_request_seconds')})", "running"),
+                (f"max({sel('rig_agent_longest_first_token_wait_seconds')})", "waiting"),
+            ),
+            thresholds=steps(("orange", t.agent_hog_waiting_seconds),
+                             ("red", t.agent_hog_running_seconds)),
+            link=AGENTS,
         ),
         stat(
             "Speculative decoding",

@@ -52,6 +52,7 @@ UIDS = {
     "hicache": "rig-hicache",
     "gpus": "rig-gpus",
     "host": "rig-host",
+    "agents": "rig-agents",
 }
 WIDTH = 24  # Grafana's grid is 24 columns wide
 
@@ -71,7 +72,7 @@ TARGET_VARIABLES = ("job", "instance", "rig")
 # Series that carry `card` or `engine`, raw or recorded (alerts/rules/common.py).
 # rig_gpu_expected_cards is per exporter, not per card.
 _CARD_SERIES = re.compile(r"^(rig_gpu_(?!expected_cards$)|card(_sensor)?:)")
-_ENGINE_SERIES = re.compile(r"^(rig_engine_|rig_probe_|rig_stream_|engine(_tier)?:)")
+_ENGINE_SERIES = re.compile(r"^(rig_engine_|rig_probe_|rig_stream_|rig_agent_|engine(_tier)?:)")
 
 
 def sel(metric: str, *matchers: str) -> str:

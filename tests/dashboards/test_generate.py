@@ -22,12 +22,15 @@ DRAWN = {
     "gpu_pcie_min_width_lanes", "host_swap_io_bytes_per_second",
     "host_swap_growth_bytes_per_second", "host_memory_available_ratio",
     "host_memory_full_stall_ratio", "cpu_temperature_celsius",
+    "agent_hog_running_seconds", "agent_hog_waiting_seconds", "agent_runaway_tokens",
+    "agent_context_ratio", "agent_recompute_uncached_ratio",
 }
 
 
 def test_one_dashboard_per_design_section() -> None:
     assert [s.name for s in sources()] == [
-        f"{name}.dashboard.py" for name in ("decode", "gpus", "hicache", "host", "overview")
+        f"{name}.dashboard.py"
+        for name in ("agents", "decode", "gpus", "hicache", "host", "overview")
     ]
 
 
@@ -71,7 +74,8 @@ def test_config_thresholds_reach_the_dashboards(tmp_path: Path) -> None:
     assert _steps(out / "hicache.json", "KV pool usage") == [None, 0.9]
     assert _steps(out / "overview.json", "KV pool") == [None, 0.9]
     assert _steps(out / "host.json", "CPU temperature") == [None, 85.0]
-    assert _steps(json_path(sources()[2]), "KV pool usage") == [None, 0.95]
+    hicache = next(s for s in sources() if s.name == "hicache.dashboard.py")
+    assert _steps(json_path(hicache), "KV pool usage") == [None, 0.95]
 
 
 def test_a_bad_config_is_a_clear_error(tmp_path: Path,

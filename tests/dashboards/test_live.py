@@ -74,7 +74,7 @@ def _series(stack: Stack, query: PanelQuery, deadline: float) -> list[dict]:
 
 
 def test_the_dashboards_have_queries() -> None:
-    assert len(committed()) == 5
+    assert len(committed()) == 6
     assert len(HEALTHY) > 60 and THERMAL
     assert any("rig_host_cpu_temperature_celsius" in q.expr for q in HEALTHY)
 

@@ -223,6 +223,7 @@ class SimRig:
         if self.agents is not None:
             self.agents.hang_up()
         self.set_engine(**healthy.engine)
+        self.engine.scheduler.kv_capacity_tokens = self.engine.max_total_num_tokens
         if self.engine.retracted_requests is None:
             self.engine.retracted_requests = 0
 
@@ -283,6 +284,16 @@ class SimRig:
         """The agent's session is in the device pool, left there by its earlier turns."""
         self.engine.advance()
         self.engine.scheduler.remember(agent.context, agent.context_tokens)
+
+    def without_hicache(self, l1_tokens: int) -> None:
+        """The engine runs without HiCache: no host pool, and a device pool of
+        `l1_tokens` (231,914 in one of the owner's configurations, docs/facts/rig.md)."""
+        self.engine.advance()
+        self.set_engine(max_total_num_tokens=l1_tokens, hicache_host_total_tokens=None,
+                        hicache_host_used_tokens=None)
+        self.engine.scheduler.kv_capacity_tokens = l1_tokens
+        self.set_flows(dataclasses.replace(self.flows, backed_up_tokens=0.0,
+                                           storage_written_tokens=0.0))
 
     def prefills_stall(self, stall: bool = True) -> None:
         """Prefill (and admission) compress like stalls from now on: a prefill that
