@@ -133,6 +133,20 @@ class SimAgent:
         task.add_done_callback(self._tasks.discard)
         return task
 
+    def work(self, turns: int, tokens: int, max_tokens: int | None) -> asyncio.Task[None]:
+        """`turns` turns back to back, each adding `tokens` of input: the next is sent
+        when the last answer is in (the agent's own loop), so each finds the last
+        one's prompt and answer in the cache."""
+        async def loop() -> None:
+            for _ in range(turns):
+                self.add(tokens)
+                await self._turn(self.context, max_tokens)
+
+        task = asyncio.create_task(loop(), name=f"agent {self.name} at work")
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return task
+
     def hang_up(self) -> None:
         """Hang up every turn in flight (the engine aborts them)."""
         for task in self._tasks:

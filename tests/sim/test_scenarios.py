@@ -250,7 +250,8 @@ def test_every_scenario_of_the_design_exists_with_its_story() -> None:
     assert set(SCENARIOS) == {
         "healthy", "prefill-starves-decode", "mixed-chunk-stutter", "thermal-downclock",
         "power-capped", "hicache-thrash", "l3-miss-storm", "swap-storm", "kv-saturated",
-        "queue-hog", "engine-down", "engine-wedged", "gpu-missing"}
+        "queue-hog", "engine-down", "engine-wedged", "gpu-missing", "four-agents-hog",
+        "working-set-overflow"}
     for scenario in SCENARIOS.values():
         assert "Must raise:" in scenario.doc and "Must not raise:" in scenario.doc
         assert scenario.steps[0].at == 0.0 and scenario.steps[0].phase == "lead-in"

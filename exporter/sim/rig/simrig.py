@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING, Any
 from exporter.config import EngineConfig
 from exporter.launch import free_port
 from exporter.sim.agents import Agents, SimAgent
+from exporter.sim.engine.scheduler import Policy
 from exporter.sim.engine.server import SimServer
 from exporter.sim.engine.state import SimEngine
 from exporter.sim.rig import baseline, sysfs_writer
@@ -219,6 +220,7 @@ class SimRig:
         self.set_host(**dataclasses.asdict(host))
         self.set_flows(healthy.flows)
         self.wedge_scheduler(False)
+        self.engine.set_policy(Policy())
         self.prefills_stall(False)
         if self.agents is not None:
             self.agents.hang_up()

@@ -6,16 +6,20 @@ minutes in all while one held the pool; that agent's session grew from 123K to t
 the four are the rig's agents on the tap. analyst sends its cached 123K session
 with no token limit (the chat API then allows up to the 196,608-token context,
 about 73K tokens more) and decodes alone at 62-88 tok/s; its context grows in
-the 219,005-token pool. Seven and a half minutes in, creative, monitor and wsl
-send fresh 68K prompts: none fits beside analyst's 154K, so they wait in the
-queue for their first token. When analyst's request has run 10 minutes (about
-42K tokens, on its way to 70K), the owner stops it and restarts the agents.
+the 219,005-token pool. Five minutes in, creative, monitor and wsl send fresh 80K
+prompts: none fits beside analyst's 145K, so they wait in the queue for their
+first token (and the stream probe waits behind them). When analyst's request has
+run 10 minutes (about 42K tokens, on its way to 70K), the owner stops it and
+restarts the agents.
 
 Must raise: RigAgentHoggingEngine (analyst's request has run 10 min while the
-others have waited 2 min for a first token) and RigAgentRunawayOutput (an
-unbounded answer past 4,096 tokens, a quarter of 16,384).
-Must not raise: RigQueueHeadOfLine (the three wait four minutes, under its 5),
-RigEngineWedged (the probe waits behind them, less than its timeout),
+others have waited 2 min for a first token) and RigAgentRunawayOutput, first
+signal="unbounded" (an answer without max_tokens past 4,096 tokens, a quarter of
+16,384, after about a minute), then signal="size" (past 16,384, after about four),
+and RigQueueHeadOfLine (three requests queued while one runs, for 5 min): the
+page the owner had, which now comes with the hog's name.
+Must not raise: RigEngineWedged (the probe waits behind the three for less than
+its timeout),
 RigDecodeStarvation (analyst decodes steadily), RigKVPoolSaturated (analyst's 165K
 is 75 % of the pool), RigAgentContextNearLimit (analyst sent 123K, 63 % of the
 context), RigAgentsWorkingSetOverPool (L1 + L2 hold the four sessions).
@@ -36,13 +40,12 @@ from exporter.sim.scenarios.base import (
 HOG = "analyst"
 WAITERS = ("creative", "monitor", "wsl")
 HOG_SESSION_TOKENS = 123_000  # docs/facts/rig.md#workload: from about 123K
-#: Fresh prompts that do not fit beside the hog (219,005 - 123K - its answer so far).
-WAITER_PROMPT_TOKENS = 68_000
+#: Fresh prompts that do not fit beside the hog (219,005 - 123K - its answer so far:
+#: 74K free when they come); 74K x 3 and 80K x 3 serialised on the rig.
+WAITER_PROMPT_TOKENS = 80_000
 WAITER_MAX_TOKENS = 400
+WAITERS_AT = LEAD_IN_SECONDS + DEFAULTS.queue_wait_seconds
 HOGGING_AT = LEAD_IN_SECONDS + DEFAULTS.agent_hog_running_seconds
-#: The others wait a little more than the rule's 2 min by then, and no longer than
-#: RigQueueHeadOfLine's 5 min in all.
-WAITERS_AT = HOGGING_AT - DEFAULTS.agent_hog_waiting_seconds - 15.0
 HEAL_AT = HOGGING_AT + MARGIN_SECONDS - 15.0
 
 
@@ -70,16 +73,18 @@ SCENARIO = scenario(
           f"{HOG} sends its 123K session with no max_tokens: an answer without end",
           hog_answers),
      Step(WAITERS_AT, "fault",
-          f"{', '.join(WAITERS)} send fresh 68K prompts: none fits beside {HOG}",
+          f"{', '.join(WAITERS)} send fresh 80K prompts: none fits beside {HOG}",
           others_ask),
      Step(HEAL_AT, "heal", f"the owner stops {HOG}'s answer and restarts the agents",
           lambda rig: rig.heal())),
     seconds=HEAL_AT + MARGIN_SECONDS,
     expects=(Expect("RigAgentHoggingEngine", {"engine": "main", "agent": HOG,
                                               "severity": "warning"}),
-             Expect("RigAgentRunawayOutput", {"engine": "main", "agent": HOG,
-                                              "severity": "warning"})),
-    must_not={"RigQueueHeadOfLine", "RigEngineWedged", "RigDecodeStarvation",
+             *(Expect("RigAgentRunawayOutput", {"engine": "main", "agent": HOG,
+                                                "signal": signal, "severity": "warning"})
+               for signal in ("unbounded", "size")),
+             Expect("RigQueueHeadOfLine", {"engine": "main", "severity": "warning"})),
+    must_not={"RigEngineWedged", "RigDecodeStarvation",
               "RigKVPoolSaturated", "RigAgentContextNearLimit",
               "RigAgentsWorkingSetOverPool"},
     heal_at=HEAL_AT,
