@@ -33,9 +33,9 @@ A, B = "analyst", "creative"
 A_ALONE_AT = LEAD_IN_SECONDS - 5.0
 DECODE_GAP_SECONDS = 47.23  # A's longest gap, default scheduler (docs/facts/rig.md)
 B_TTFT_SECONDS = 49.43  # B's time to first token (docs/facts/rig.md)
-#: How much longer than at scale 1 the fault lasts in rig seconds, at most: prefill
-#: stretched by the rig's time scale over its stall scale, 10 / 2 in the end-to-end
-#: tests and the demo.
+#: How much longer than at scale 1 the fault lasts in rig seconds: prefill stretched
+#: by the rig's time scale over its stall scale, 10 / 2 in the end-to-end tests and
+#: the demo at its default speed.
 MAX_STRETCH = 5.0
 A_TOKENS = 4000  # A decodes ~1,500 before B's prefill starts (B's admission: 2.3 s)
 B_TOKENS = 1000
