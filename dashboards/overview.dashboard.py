@@ -88,7 +88,9 @@ def _families(t: Thresholds) -> list:
             ),
             thresholds=steps(("orange", t.agent_hog_waiting_seconds),
                              ("red", t.agent_hog_running_seconds)),
-            link=AGENTS,
+            link=AGENTS, alerts=("RigAgentHoggingEngine", "RigAgentRunawayOutput",
+                                 "RigAgentContextNearLimit", "RigAgentsWorkingSetOverPool",
+                                 "RigAgentRecomputing"),
         ),
         stat(
             "Speculative decoding",
