@@ -51,8 +51,9 @@ COMPACTED_TOKENS = 49_000  # 25 % of 196,608 (docs/facts/rig.md#workload)
 POLICY = Policy.named("n=1")
 #: After the compaction, turns served from the cache, each agent's own loop: enough
 #: of them that its uncached share over 30 min falls back under half (creative's
-#: compaction was one more cold prompt).
-CACHED_TURNS = {"analyst": 3, "creative": 10}
+#: compaction was one more cold prompt; analyst's first cached turn is not in the
+#: window's increase, since its cached counter appears with it).
+CACHED_TURNS = {"analyst": 6, "creative": 10}
 CACHED_INPUT_TOKENS = 500
 CACHED_ANSWER_TOKENS = 50
 HEALED_SECONDS = 90.0
