@@ -35,6 +35,7 @@ from exporter.rigctl.stack import Monitoring, Notification, WebhookReceiver
 from exporter.sim.rig.simrig import SimRig
 from exporter.sim.scenarios import SCENARIOS, Expect, Scenario
 from exporter.sim.scenarios.player import play
+from exporter.sim.scenarios.prefill_starves_decode import A, B
 from tests.e2e import report
 from tests.e2e.stack import LoopThread
 
@@ -279,3 +280,12 @@ def test_info_alerts_fire_in_prometheus_and_notify_nobody(run: Run) -> None:
     assert capped == {"card1", "card2"}
     assert not [a for n in run.notifications for a in n.payload["alerts"]
                 if a["labels"]["severity"] == "info"]
+
+
+def test_the_starvation_page_names_the_agent_stalled_and_the_agent_blamed(run: Run) -> None:
+    """prefill-starves-decode: A's gap came while B's first token was pending, so the
+    tap blames B, and the page says so."""
+    pages = [a for _, a in rig_alerts(run.notifications, "prefill-starves-decode")
+             if a["labels"]["alertname"] == "RigDecodeStarvation" and a["status"] == "firing"]
+    assert pages
+    assert f"Agent {A} stalled, blamed on {B}" in pages[0]["annotations"]["description"], pages

@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 
 from alerts.generate import build
-from alerts.timescale import scaled_thresholds
+from alerts.timescale import COMPARED_AGES, scaled_thresholds
 from exporter.engines.stall.readers import BODY_REUSE_SECONDS
 from exporter.runtime import Exporter
 from exporter.sim.rig.simrig import SimRig
@@ -104,16 +104,18 @@ class Sample:
     checks: list[dict[str, Any]]
 
 
-def judged_thresholds(stall_scale: float) -> Thresholds:
+def judged_thresholds(stall_scale: float, fault_scale: float) -> Thresholds:
     """What the exporter judges by, its health monitor on the rig's clock: the
     rules' own holds, windows and rates (the rig's counters move per rig second),
-    stall lengths compressed as the rig's stalls are, and PSI's share of stalled
-    time TIME_SCALE times smaller: the simulated rig accrues PSI in real time,
-    which the monitor divides by rig seconds. (The stall scenarios' slower faults
-    leave PSI at its healthy 0.)"""
+    stall lengths compressed as the rig's stalls are, the ages of the agents'
+    requests (which the tap measures in real seconds) compressed as the fault's
+    time is, and PSI's share of stalled time TIME_SCALE times smaller: the
+    simulated rig accrues PSI in real time, which the monitor divides by rig
+    seconds. (The stall scenarios' slower faults leave PSI at its healthy 0.)"""
     t = scaled_thresholds(Thresholds(), 1.0, stall_factor=stall_scale)
+    ages = {name: getattr(t, name) / fault_scale for name in COMPARED_AGES}
     return dataclasses.replace(
-        t, host_memory_full_stall_ratio=t.host_memory_full_stall_ratio / TIME_SCALE)
+        t, host_memory_full_stall_ratio=t.host_memory_full_stall_ratio / TIME_SCALE, **ages)
 
 
 def crossings(samples: list[Sample]) -> set[Crossing]:
@@ -175,7 +177,7 @@ async def observe(scenario: Scenario) -> tuple[list[Sample], list[Sample]]:
         # history, as a scraper's would (the background sampler counts real seconds,
         # the monitor rig seconds).
         config = dataclasses.replace(
-            config, thresholds=judged_thresholds(stall),
+            config, thresholds=judged_thresholds(stall, fault_scale),
             engines=tuple(dataclasses.replace(
                 e, stall_window_seconds=e.stall_window_seconds / fault_scale,
                 probe_interval_seconds=PROBE_REAL_SECONDS.get(scenario.name,
