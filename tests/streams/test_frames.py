@@ -241,3 +241,12 @@ def test_the_event_deltas_are_read_from_their_bytes():
                   "type": "response.output_text.delta"}):  # the openai types' key order
         payload = json.dumps(body, separators=(",", ":")).encode()
         assert _is_event_delta(payload), payload
+
+
+def test_anthropic_prompt_is_its_input_and_cache_reads():
+    # SGLang's input_tokens leave out the cached prompt (anthropic/serving.py
+    # _anthropic_input_tokens): the prompt the engine counted is both.
+    start = {"type": "message_start", "message": {"id": "m", "type": "message", "usage": {
+        "input_tokens": 5, "cache_read_input_tokens": 4, "output_tokens": 0}}}
+    assert parse_frame(json.dumps(start).encode()) == Frame(
+        content=False, cached_tokens=4, prompt_tokens=9)
