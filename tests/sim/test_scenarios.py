@@ -79,6 +79,11 @@ POLL_SECONDS = 5.0
 MIN_POLL_REAL_SECONDS = 0.05
 ENOUGH_SAMPLES = 4
 CROSSED = ("pending", "firing")
+# Played by tests/e2e only (at x10): four-agents-hog's 10-minute unbounded answer is
+# some 47,000 tokens, 3,500 a second at x50, and in this one process the scheduler
+# model alone costs about 50 us a token, its frames through the tap and the client
+# more again: the process falls behind the rig's clock and the tap sees a trickle.
+E2E_ONLY = {"four-agents-hog"}
 
 
 @dataclass(frozen=True)
@@ -155,9 +160,17 @@ async def pre_roll(rig: SimRig, samples: list[Sample]) -> None:
         await asyncio.sleep(MIN_POLL_REAL_SECONDS)
 
 
+def mirrored(samples: list[Sample]) -> set[str]:
+    """The alerts some health check mirrors."""
+    return {c["alert"] for s in samples for c in s.checks}
+
+
 def unmet(scenario: Scenario, samples: list[Sample]) -> list[Expect]:
-    crossed = crossings(samples)
-    return [e for e in scenario.expects if not any(c.matches(e) for c in crossed)]
+    """Expected alerts not crossed, of those a check mirrors: RigAgentRecomputing's
+    30-minute ratio has no check, and is judged in tests/e2e only."""
+    crossed, judged = crossings(samples), mirrored(samples)
+    return [e for e in scenario.expects
+            if e.alert in judged and not any(c.matches(e) for c in crossed)]
 
 
 async def observe(scenario: Scenario) -> tuple[list[Sample], list[Sample]]:
@@ -220,7 +233,7 @@ async def observe(scenario: Scenario) -> tuple[list[Sample], list[Sample]]:
             within(samples, *fault))
 
 
-@pytest.mark.parametrize("name", sorted(SCENARIOS))
+@pytest.mark.parametrize("name", sorted(set(SCENARIOS) - E2E_ONLY))
 def test_scenario_crosses_exactly_its_alerts(name: str) -> None:
     scenario = SCENARIOS[name]
     lead_in, fault = asyncio.run(asyncio.wait_for(observe(scenario), 180))
@@ -231,6 +244,7 @@ def test_scenario_crosses_exactly_its_alerts(name: str) -> None:
     assert unknown(fault) == set(), "a check could not tell in the fault"
     crossed = crossings(fault)
     assert unmet(scenario, fault) == [], f"not crossed; crossed: {crossed}"
+    assert {e.alert for e in scenario.expects} - mirrored(fault) <= {"RigAgentRecomputing"}
     assert {c for c in crossed if not any(c.matches(e) for e in scenario.expects)} == set()
     assert not {c.alert for c in crossed} & scenario.must_not
 
