@@ -601,9 +601,10 @@ class Scheduler:
         last = request.generated >= request.max_new_tokens
         # SGLang's output_streamer: the first token at once, then whenever
         # stream_interval tokens are unsent, and the last.
-        unsent = request.generated - request.sent_tokens
-        request.output_due = (last or request.sent_tokens == 0
-                              or unsent >= request.stream_interval)
+        request.output_due = (request.stream_interval == 1 or last
+                              or request.sent_tokens == 0
+                              or request.generated - request.sent_tokens
+                              >= request.stream_interval)
         if request.output_due:
             request.sent_tokens = request.generated
         for listener in self._listeners:
