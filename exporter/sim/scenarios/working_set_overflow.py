@@ -56,7 +56,7 @@ POLICY = Policy.named("n=1")
 CACHED_TURNS = {"analyst": 6, "creative": 10}
 CACHED_INPUT_TOKENS = 500
 CACHED_ANSWER_TOKENS = 50
-HEALED_SECONDS = 90.0
+HEALED_SECONDS = 55.0  # the agents work on past it; this is how long the timeline watches
 
 
 def rig_without_hicache(rig) -> None:
