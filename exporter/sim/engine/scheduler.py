@@ -262,6 +262,9 @@ def shared_prefix(a: str, b: str) -> int:
 
 #: A prompt given as text counts one token per this many characters (no tokenizer).
 CHARS_PER_TOKEN = 4
+#: Shorter shared prefixes are no hit here (the stream probe's tag, a chat preamble):
+#: the model's hit time has a fixed part fitted to long sessions (`hit_base_seconds`).
+MIN_HIT_TOKENS = 64
 
 
 @dataclass
@@ -375,7 +378,7 @@ class Scheduler:
         for entry in self.evictable:
             if entry.key is not None:
                 length = shared_prefix(entry.key, key) // CHARS_PER_TOKEN
-                if length > shared:
+                if length >= MIN_HIT_TOKENS and length > shared:
                     best, shared = entry, length
         if best is None:
             return {}
