@@ -43,7 +43,7 @@ pytestmark = pytest.mark.long_running
 
 TIME_SCALE = 10.0
 STALL_SCALE = 2.0
-# Thirteen simulated engines render /metrics in this one process: the stall
+# Fifteen simulated engines render /metrics in this one process: the stall
 # tracker polls at 2 Hz (0.5 s resolves the 5 s compressed threshold), and the
 # rigs tick at 4 Hz.
 STALL_POLL_SECONDS = 0.5
