@@ -255,7 +255,9 @@ def _engine(index: int, t: object, stall_window_seconds: float) -> EngineConfig:
     key = f"engine[{index}]"
     if not isinstance(t, Mapping):
         raise ConfigError(key, HIDDEN, "must be a table")
-    _reject_unknown(key, t, (set(EngineConfig.__dataclass_fields__) - {"agents"}) | {"agent"})
+    # Unknown keys without their values: a misplaced agent's token may be one.
+    _reject_unknown(key, t, (set(EngineConfig.__dataclass_fields__) - {"agents"}) | {"agent"},
+                    hide=True)
     for required in ("name", "url"):
         if required not in t:
             raise ConfigError(f"{key}.{required}", None, "is required")
@@ -321,10 +323,7 @@ def _agent(key: str, t: object) -> AgentConfig:
     may be a secret."""
     if not isinstance(t, Mapping):
         raise ConfigError(key, HIDDEN, "must be a table")
-    known = {"name", "api_key_file", *AGENT_MATCHERS}
-    for unknown in set(t) - known:
-        raise ConfigError(f"{key}.{unknown}", HIDDEN,
-                          f"unknown key (known: {', '.join(sorted(known))})")
+    _reject_unknown(key, t, {"name", "api_key_file", *AGENT_MATCHERS}, hide=True)
     if "name" not in t:
         raise ConfigError(f"{key}.name", None, "is required")
     name = _str(f"{key}.name", t["name"])
@@ -467,11 +466,13 @@ def _table(raw: Mapping[str, Any], key: str) -> Mapping[str, Any]:
     return value
 
 
-def _reject_unknown(prefix: str, table: Mapping[str, Any], known: set[str]) -> None:
+def _reject_unknown(prefix: str, table: Mapping[str, Any], known: set[str],
+                    hide: bool = False) -> None:
     for key in table:
         if key not in known:
             where = f"{prefix}.{key}" if prefix else key
-            raise ConfigError(where, table[key], f"unknown key (known: {', '.join(sorted(known))})")
+            raise ConfigError(where, HIDDEN if hide else table[key],
+                              f"unknown key (known: {', '.join(sorted(known))})")
 
 
 def _str(key: str, value: object) -> str:

@@ -74,6 +74,9 @@ def build_sources(config: Config,
             tap = add(tap_key(engine_config), TapSource, engine_config)
             assert isinstance(tap, TapSource)
             tap.state.set_agents(engine_config.agents)
+        elif engine_config.agents:
+            log.warning("engine %s: its [[engine.agent]] tables name nothing without a stream "
+                        "tap (tap_listen_address)", engine_config.name)
     return sources
 
 

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -130,7 +130,7 @@ class TapState:
         self.set_agents(self.agents)
 
     @property
-    def recent(self) -> object:
+    def recent(self) -> deque[tuple[int, float]]:
         return self.window.recent
 
     def set_agents(self, agents: Sequence[AgentConfig]) -> None:

@@ -137,3 +137,12 @@ def test_blame_is_the_overlap_of_the_gap_with_each_wait():
     # A gap of a's from 101 to 108: 1 s of nobody, b 102-107, other 104-107, nobody 107-108.
     assert blamed(start, 101.0, done, 108.0, names) == {
         "a": 0.0, "b": 5.0, "other": 3.0, NOBODY: 2.0}
+
+
+@pytest.mark.parametrize("table", [{"agents": [{"name": "a", "api_key": TOKEN}]},
+                                   {"api_key": TOKEN}])
+def test_a_token_in_a_misplaced_key_is_not_shown(table):
+    raw = {"engine": [{"name": "main", "url": "http://127.0.0.1:30000", **table}]}
+    with pytest.raises(ConfigError, match="unknown key") as error:
+        load_config(raw)
+    assert TOKEN not in str(error.value)
