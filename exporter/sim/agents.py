@@ -95,7 +95,7 @@ class Turn:
 class SimAgent:
     spec: AgentSpec
     url: str  # the tap's
-    api_key: str | None = None
+    api_key: str | None = field(default=None, repr=False)  # never in a repr or a log
     session: int = 0
     context: str = ""
     turns: deque[Turn] = field(default_factory=lambda: deque(maxlen=KEEP_TURNS))
