@@ -58,9 +58,15 @@ def test_every_drawn_threshold_changes_the_json(name: str) -> None:
 
 
 def _steps(path: Path, title: str) -> list[float]:
+    """The panel's threshold steps: its own, or those of the query (A) they judge."""
     dashboard = json.loads(path.read_text())
     panel = next(p for p in panels(dashboard) if p["title"] == title)
-    return [s["value"] for s in panel["fieldConfig"]["defaults"]["thresholds"]["steps"]]
+    config = panel["fieldConfig"]
+    judged = [prop["value"] for o in config["overrides"]
+              if o["matcher"] == {"id": "byFrameRefID", "options": "A"}
+              for prop in o["properties"] if prop["id"] == "thresholds"]
+    thresholds = judged[0] if judged else config["defaults"]["thresholds"]
+    return [s["value"] for s in thresholds["steps"]]
 
 
 def test_config_thresholds_reach_the_dashboards(tmp_path: Path) -> None:
