@@ -227,6 +227,7 @@ def _cache(t: Thresholds) -> list:
 
 def _gpus(t: Thresholds) -> list:
     present = sel("rig_gpu_present")
+    expected = sel("rig_gpu_expected_cards")
     return [
         stat(
             "GPU headroom",
@@ -268,9 +269,8 @@ def _gpus(t: Thresholds) -> list:
             " each card that vanished (present 0).",
             "none",
             _tiles(
-                (_worst("max", f"{sel('rig_gpu_expected_cards')}"
-                        f" - on (job, instance) group_left () (count by (job, instance)"
-                        f" ({present} == 1) or {sel('rig_gpu_expected_cards')} * 0)",
+                (_worst("max", f"{expected} - on (job, instance, rig)"
+                        f" (count by (job, instance, rig) ({present} == 1) or {expected} * 0)",
                         "rig"), "{{rig}} missing"),
                 (_worst("max", f"1 - {present}", CARD), "{{card}} vanished"),
             ),

@@ -56,6 +56,9 @@ UIDS = {
     "host": "rig-host",
 }
 WIDTH = 24  # Grafana's grid is 24 columns wide
+# Grafana's custom unit: the value, then the suffix (it has no token unit).
+TOKENS_PER_SECOND = "suffix: tok/s"
+TOKENS = "suffix: tok"
 # Grafana's own maxDataPoints is the panel's width in pixels; a grid column is about
 # 80 px on a 1920-px screen. grafanalib's fixed 100 gave a 5 min step over 6 h.
 PX_PER_COLUMN = 80

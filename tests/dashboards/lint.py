@@ -89,7 +89,8 @@ def lint_expr(expr: str, defined: set[str]) -> list[str]:
     for match in _RANGE_FUNCTIONS.finditer(expr):
         argument = _arguments(expr, match.end() - 1).rstrip()
         window = re.search(r"\[([^\]]*)\]$", argument)
-        if not window or window.group(1) not in {"$__rate_interval"} | RULE_RANGES:
+        # $__range: an instant tile's count over the whole time range.
+        if not window or window.group(1) not in {"$__rate_interval", "$__range"} | RULE_RANGES:
             problems.append(f"{match.group(1)}() without [$__rate_interval]: {argument}")
     ranges = set(re.findall(r"\[([^\]]*)\]", expr)) - GRAFANA_RANGES - RULE_RANGES
     if ranges:
