@@ -47,6 +47,6 @@ fi
 stamp=.venv/.rig-installed
 if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
     echo "setup: installing rig-telemetry and its test and fast extras into .venv"
-    .venv/bin/python -m pip install -q --disable-pip-version-check -e '.[test,fast]'
+    .venv/bin/python -m pip install -q --disable-pip-version-check -e '.[test,fast,render]'
     touch "$stamp"
 fi
