@@ -73,3 +73,24 @@ def request(target: dict[str, Any], max_data_points: int, start: float, end: flo
     if target.get("instant"):
         return Request(expr, start, end, None)
     return Request(expr, math.floor(start / step) * step, math.floor(end / step) * step, step)
+
+
+def steps_of(panel: dict[str, Any], ref: str) -> list[dict[str, Any]]:
+    """The threshold steps Grafana colours query `ref` of `panel` by: an override on
+    its refId, or the panel's own."""
+    config = panel["fieldConfig"]
+    for override in config.get("overrides", []):
+        if override["matcher"] == {"id": "byFrameRefID", "options": ref}:
+            for prop in override["properties"]:
+                if prop["id"] == "thresholds":
+                    return prop["value"]["steps"]
+    return config["defaults"]["thresholds"]["steps"]
+
+
+def color_of(value: float, steps: list[dict[str, Any]]) -> str:
+    """The colour of the last step whose value `value` reaches (the base step's is None)."""
+    color = steps[0]["color"]
+    for step in steps[1:]:
+        if value >= step["value"]:
+            color = step["color"]
+    return color
