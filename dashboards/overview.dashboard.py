@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from grafanalib.core import Dashboard
 
-from alerts.rules.common import CHURN_RATE, HEADROOM, HOST_USAGE, MEM_AVAILABLE, SWAP_IO, dur
+from alerts.rules.common import HEADROOM, HOST_USAGE, MEM_AVAILABLE, SWAP_IO, dur
 from dashboards.panels import (
     ALERT_LABELS,
     ALERT_STATE_COLORS,
@@ -51,6 +51,8 @@ HOST = ("Host", UIDS["host"])
 # Tile colours by the severity of the alert the tile stands for.
 WARNING, CRITICAL, INFO = "orange", "red", "blue"
 NO_ENGINE, NO_CARD = "no engine", "no card"
+UP = [{"type": "value", "options": {
+    "0": {"text": "down", "index": 0}, "1": {"text": "up", "index": 1}}}]
 
 
 def _worst(fn: str, expr: str, by: str) -> str:
@@ -63,7 +65,9 @@ def _tiles(*pairs: tuple[str, str]) -> list:
 
 
 def _while(condition: str, base: str, by: str) -> str:
-    """The worst value of a rule's expression while its condition held, else 0."""
+    """The worst value of a rule's expression while its condition held, else 0 for each
+    series of `base` (one that every engine or card has from its first scrape: the
+    rules' own counters may not exist until their first event)."""
     return or_zero(_worst("max", condition, by), base, by)
 
 
@@ -103,8 +107,7 @@ def _decode(t: Thresholds) -> list:
                 (_worst("min", sel("rig_probe_success"), ENGINE), "{{engine}} probe"),
             ),
             thresholds=falling_steps((CRITICAL, 1)),
-            mappings=[{"type": "value", "options": {
-                "0": {"text": "down", "index": 0}, "1": {"text": "up", "index": 1}}}],
+            mappings=UP,
             link=DECODE, alerts=("RigEngineDown", "RigEngineWedged"), no_value=NO_ENGINE,
         ),
         stat(
@@ -133,13 +136,14 @@ def _decode(t: Thresholds) -> list:
         ),
         stat(
             "TTFT p99",
-            "Time to first token, p99 over each interval, from the engine's histogram:"
-            " the wait an agent sees before its answer starts.",
+            "Time to first token, p99 over the last rate interval, from the engine's"
+            " histogram: the wait an agent sees before its answer starts.",
             "s",
+            # NaN (no request in the interval) compares false: no value, "no requests".
             _tiles((f"histogram_quantile(0.99, sum by (rig, engine, le)"
-                     f" ({rate('rig_engine_time_to_first_token_seconds_bucket')}))",
-                     "{{engine}}")),
-            thresholds=steps(), link=DECODE, no_value=NO_ENGINE, w=6,
+                    f" ({rate('rig_engine_time_to_first_token_seconds_bucket')})) >= 0",
+                    "{{engine}}")),
+            thresholds=steps(), link=DECODE, no_value="no requests", w=6,
         ),
     ]
 
@@ -185,10 +189,10 @@ def _cache(t: Thresholds) -> list:
             " each the rule's own expression, 0 while its condition does not hold.",
             "short",
             _tiles(
-                (_while(rule_expr(t, "RigHiCacheThrash", "churn"), sel(CHURN_RATE), ENGINE),
+                (_while(rule_expr(t, "RigHiCacheThrash", "churn"), kv, ENGINE),
                  "{{engine}} churn tok/s"),
-                (_while(rule_expr(t, "RigHiCacheThrash", "recompute"), sel(HOST_USAGE),
-                        ENGINE), "{{engine}} recomputed tok"),
+                (_while(rule_expr(t, "RigHiCacheThrash", "recompute"), kv, ENGINE),
+                 "{{engine}} recomputed tok"),
             ),
             thresholds=steps((WARNING, just_above(0))),
             link=HICACHE, alerts=("RigHiCacheThrash",), no_value="no HiCache",
@@ -200,7 +204,7 @@ def _cache(t: Thresholds) -> list:
             f" {t.hicache_storage_l2_ratio:.0%} full (the L3 addressing bug): the rule's"
             " own expression, 0 while its condition does not hold.",
             "short",
-            _tiles((_while(rule_expr(t, "RigHiCacheStorageMisses"), sel(HOST_USAGE), ENGINE),
+            _tiles((_while(rule_expr(t, "RigHiCacheStorageMisses"), kv, ENGINE),
                      "{{engine}} written, none back")),
             thresholds=steps((WARNING, just_above(0))),
             link=HICACHE, alerts=("RigHiCacheStorageMisses",), no_value="no L3",
@@ -337,7 +341,7 @@ def _host(t: Thresholds) -> list:
             _tiles((f"({_worst('min', sources, 'rig, source')} < 1) or label_replace("
                     f"{_worst('min', sources, 'rig')}, \"source\", \"all\", \"\", \"\")",
                     "{{source}}")),
-            thresholds=falling_steps((CRITICAL, 1)),
+            thresholds=falling_steps((CRITICAL, 1)), mappings=UP,
             link=HOST, alerts=("RigExporterSourceDown",), w=10,
         ),
     ]

@@ -160,16 +160,35 @@ def _title(ax: Any, panel: dict[str, Any]) -> None:
     ax.set_title(panel["title"], color=TEXT, fontsize=7, loc="left", pad=3)
 
 
+def _right_axis(panel: dict[str, Any], ref: str) -> bool:
+    return any(o["matcher"] == {"id": "byFrameRefID", "options": ref}
+               and {"id": "custom.axisPlacement", "value": "right"} in o["properties"]
+               for o in panel["fieldConfig"].get("overrides", []))
+
+
+def _minutes(value: float, _: Any = None) -> str:
+    return f"{int(value)}:{round(value * 60) % 60:02d}"
+
+
 def _timeseries(ax: Any, panel: dict[str, Any], frames: list, start: float) -> None:
     unit = panel["fieldConfig"]["defaults"].get("unit", "short")
     drawn = set()
+    right = None
     for i, (target, series) in enumerate(frames):
         name = legend(target, series["metric"])
         xs = [(t - start) / 60 for t, _ in series["values"]]
         ys = [v for _, v in series["values"]]
         style = {"color": COLORS["red"], "linestyle": "--"} if _limit_line(panel, name) else {
             "color": PALETTE[i % len(PALETTE)]}
-        ax.plot(xs, ys, linewidth=1, label=name[:40], **style)
+        on = ax
+        if _right_axis(panel, target["refId"]):
+            if right is None:
+                right = ax.twinx()
+                right.tick_params(colors=TEXT, labelsize=5)
+                right.yaxis.set_major_formatter(lambda v, _: fmt(v, unit))
+                right.set_ylim(bottom=0)
+            on = right
+        on.plot(xs, ys, linewidth=1, label=name[:40], **style)
         for step in _lines_of(panel, target["refId"]):
             if (target["refId"], step["value"]) not in drawn:
                 ax.axhline(step["value"], color=COLORS.get(step["color"], step["color"]),
@@ -181,15 +200,20 @@ def _timeseries(ax: Any, panel: dict[str, Any], frames: list, start: float) -> N
     if "max" in defaults:
         ax.set_ylim(top=defaults["max"])
     ax.yaxis.set_major_formatter(lambda v, _: fmt(v, unit))
-    ax.xaxis.set_major_formatter(lambda v, _: f"{v:.0f} min")
+    ax.xaxis.set_major_formatter(_minutes)
     if frames:
-        ax.legend(fontsize=4.5, loc="upper left", frameon=False, labelcolor=TEXT, ncol=2)
+        handles = [h for a in (ax, right) if a is not None for h in a.get_lines()
+                   if not h.get_label().startswith("_")]
+        ax.legend(handles=handles, fontsize=4.5, loc="upper left", frameon=False,
+                  labelcolor=TEXT, ncol=2)
     else:
         ax.text(0.5, 0.5, "No data", color=TEXT, ha="center", va="center",
                 transform=ax.transAxes, fontsize=7)
 
 
 def _stat(ax: Any, panel: dict[str, Any], frames: list) -> None:
+    from matplotlib.patches import Rectangle
+
     ax.set_axis_off()
     boxes = []
     for target, series in frames:
@@ -205,9 +229,8 @@ def _stat(ax: Any, panel: dict[str, Any], frames: list) -> None:
         boxes = [("", panel["fieldConfig"]["defaults"].get("noValue", "No data"), "transparent")]
     width = 1 / len(boxes)
     for i, (name, text, color) in enumerate(boxes):
-        ax.add_patch(__import__("matplotlib.patches", fromlist=["x"]).Rectangle(
-            (i * width + 0.01, 0.02), width - 0.02, 0.8, color=COLORS.get(color, color),
-            transform=ax.transAxes))
+        ax.add_patch(Rectangle((i * width + 0.01, 0.02), width - 0.02, 0.8,
+                               color=COLORS.get(color, color), transform=ax.transAxes))
         size = 8 if len(boxes) <= 2 else 6
         ax.text(i * width + width / 2, 0.55, text, ha="center", va="center", fontsize=size,
                 color="white", weight="bold", transform=ax.transAxes)
@@ -231,7 +254,7 @@ def _state_timeline(ax: Any, panel: dict[str, Any], frames: list, start: float,
             ax.barh(row, (t1 - t0) / 60, left=(t0 - start) / 60, color=color, height=0.8)
     ax.set_yticks(range(len(names)), names, fontsize=4.5, color=TEXT)
     ax.set_xlim(0, (end - start) / 60)
-    ax.xaxis.set_major_formatter(lambda v, _: f"{v:.0f} min")
+    ax.xaxis.set_major_formatter(_minutes)
     if not frames:
         ax.text(0.5, 0.5, "No data", color=TEXT, ha="center", va="center",
                 transform=ax.transAxes, fontsize=7)
@@ -249,7 +272,7 @@ def _heatmap(ax: Any, panel: dict[str, Any], frames: list, start: float) -> None
     ax.pcolormesh([(t - start) / 60 for t in times], range(len(rows)), grid, cmap="Oranges",
                   shading="nearest")
     ax.set_yticks(range(len(rows)), [fmt(le, "s") for le, _ in rows], fontsize=4)
-    ax.xaxis.set_major_formatter(lambda v, _: f"{v:.0f} min")
+    ax.xaxis.set_major_formatter(_minutes)
 
 
 def draw(dashboard: dict[str, Any], source: Source, path: Path, caption: str) -> None:
@@ -308,7 +331,7 @@ async def run(scenario_name: str, at: float, time_scale: float, workdir: Path,
     written = []
     with contextlib.ExitStack() as stack:
         exporter = stack.enter_context(start_exporter(
-            rig.exporter_args(compress_stall_window=time_scale != 1.0), workdir / "exporter",
+            rig.exporter_args(compress_stall_window=time_scale != 1.0), workdir,
             wait=False))
         exporter.wait_ready()
         stack.callback(monitoring.stop)
