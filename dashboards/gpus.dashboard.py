@@ -134,7 +134,7 @@ def build(t: Thresholds) -> Dashboard:
                      f" (max_over_time({throttle}[$__range]) > 0)", "{{card}} {{reason}}")),
             mappings=on_off("off", "throttling"),
             alerts=("RigGpuThermalDownclock", "RigGpuPowerCapped"),
-            h=6,
+            no_value="no throttle reason set", h=6,
         ),
     ])
     load = Section("Load, memory, fans, PCIe", [

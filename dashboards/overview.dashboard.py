@@ -51,6 +51,8 @@ HOST = ("Host", UIDS["host"])
 # Tile colours by the severity of the alert the tile stands for.
 WARNING, CRITICAL, INFO = "orange", "red", "blue"
 NO_ENGINE, NO_CARD = "no engine", "no card"
+# A rule's expression reads 0 while its condition does not hold.
+NOT_HELD = [{"type": "value", "options": {"0": {"text": "no", "index": 0}}}]
 UP = [{"type": "value", "options": {
     "0": {"text": "down", "index": 0}, "1": {"text": "up", "index": 1}}}]
 
@@ -248,23 +250,23 @@ def _gpus(t: Thresholds) -> list:
         stat(
             "GPU thermal downclock",
             "Each card's shader clock over its maximum while the rule's condition holds:"
-            f" under {t.gpu_sclk_ratio:.0%} while busy and at its thermal limit; 0 when not.",
+            f" under {t.gpu_sclk_ratio:.0%} while busy and at its thermal limit; no when not.",
             "percentunit",
             _tiles((_while(rule_expr(t, "RigGpuThermalDownclock", severity="warning"),
                             present, CARD), "{{card}}")),
-            thresholds=steps((WARNING, just_above(0))),
+            thresholds=steps((WARNING, just_above(0))), mappings=NOT_HELD,
             link=GPUS, alerts=("RigGpuThermalDownclock",), no_value=NO_CARD,
         ),
         stat(
             "GPU power cap",
             "Each card's power over its cap while the power limit holds its clock (PPT"
             f" throttle set, {t.gpu_power_cap_ratio:.0%} of the cap or more): working as"
-            " configured, for information; 0 when not.",
+            " configured, for information; no when not.",
             "percentunit",
             _tiles((_while(f"{sel('rig_gpu_power_watts')} / {sel('rig_gpu_power_cap_watts')}"
                             f" and ({rule_expr(t, 'RigGpuPowerCapped')})", present, CARD),
                      "{{card}}")),
-            thresholds=steps((INFO, just_above(0))),
+            thresholds=steps((INFO, just_above(0))), mappings=NOT_HELD,
             link=GPUS, alerts=("RigGpuPowerCapped",), no_value=NO_CARD,
         ),
         stat(

@@ -291,14 +291,15 @@ def heatmap(title: str, description: str, query: Target, *, unit: str = "s",
 
 def state_timeline(title: str, description: str, queries: Sequence[Target], *,
                    mappings: list[dict[str, Any]], unit: str = "bool_on_off",
-                   alerts: Sequence[str] = (), w: int = 24, h: int = 8) -> Cell:
+                   alerts: Sequence[str] = (), no_value: str | None = None,
+                   w: int = 24, h: int = 8) -> Cell:
     panel = StateTimeline(
         title=title,
         description=description + alerts_note(*alerts),
         dataSource=DATASOURCE,
         targets=list(queries),
         mappings=mappings,
-        extraJson={"fieldConfig": {"defaults": {"unit": unit}}},
+        extraJson={"fieldConfig": {"defaults": {"unit": unit, "noValue": no_value}}},
     )
     return Cell(panel, w, h)
 

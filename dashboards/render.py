@@ -256,8 +256,8 @@ def _state_timeline(ax: Any, panel: dict[str, Any], frames: list, start: float,
     ax.set_xlim(0, (end - start) / 60)
     ax.xaxis.set_major_formatter(_minutes)
     if not frames:
-        ax.text(0.5, 0.5, "No data", color=TEXT, ha="center", va="center",
-                transform=ax.transAxes, fontsize=7)
+        ax.text(0.5, 0.5, panel["fieldConfig"]["defaults"].get("noValue", "No data"),
+                color=TEXT, ha="center", va="center", transform=ax.transAxes, fontsize=7)
 
 
 def _heatmap(ax: Any, panel: dict[str, Any], frames: list, start: float) -> None:
@@ -297,8 +297,11 @@ def draw(dashboard: dict[str, Any], source: Source, path: Path, caption: str) ->
                      weight="bold", va="center")
             continue
         pad = 0.32 / height  # room for the title
-        ax = fig.add_axes((left + (0.035 if panel["type"] != "stat" else 0), 1 - top - panel_h
-                           + 0.22 / height, width - (0.04 if panel["type"] != "stat" else 0),
+        # Room for the y-axis labels: tick values, or a timeline's row names.
+        margin = {"stat": 0.0, "state-timeline": 0.1}.get(panel["type"], 0.035)
+        right = 0.035 if any(_right_axis(panel, t["refId"]) for t in panel["targets"]) else 0
+        ax = fig.add_axes((left + margin, 1 - top - panel_h + 0.22 / height,
+                           width - margin - right - (0.005 if margin else 0),
                            panel_h - pad - 0.22 / height), facecolor=PANEL)
         ax.tick_params(colors=TEXT, labelsize=5)
         for spine in ax.spines.values():
