@@ -277,7 +277,7 @@ def _gpus(t: Thresholds) -> list:
             _tiles(
                 (_worst("max", f"{expected} - on (job, instance, rig)"
                         f" (count by (job, instance, rig) ({present} == 1) or {expected} * 0)",
-                        "rig"), "{{rig}} missing"),
+                        "rig"), "cards missing"),
                 (_worst("max", f"1 - {present}", CARD), "{{card}} vanished"),
             ),
             thresholds=steps((CRITICAL, 1)),
@@ -350,7 +350,7 @@ def _host(t: Thresholds) -> list:
 
 
 def _alerts() -> Section:
-    labels = "{{alertname}} {{signal}} {{card}} {{sensor}} {{engine}}"
+    labels = "{{alertname}} {{severity}} {{signal}} {{card}} {{sensor}} {{engine}}"
     pending, firing = (sel("ALERTS", 'alertname=~"Rig.+"', f'alertstate="{state}"')
                        for state in ALERT_STATE_COLORS)
     return Section("Alerts", [state_timeline(
