@@ -38,6 +38,7 @@ from exporter.sim.scenarios.player import play
 from exporter.sim.scenarios.prefill_starves_decode import A, B
 from tests.e2e import report
 from tests.e2e.stack import LoopThread
+from tests.e2e.tiles import overview, tiles
 
 pytestmark = pytest.mark.long_running
 
@@ -54,6 +55,7 @@ RESOLVE_SECONDS = 120.0
 # After the last resolution: long enough for a duplicate or a stray page.
 HOLD_SECONDS = 6.0
 WARMUP_SECONDS = 6.0
+SCRAPE_SECONDS = 1.0  # Monitoring's Prometheus (exporter/rigctl/stack.py)
 SCENARIO_LIST = [SCENARIOS[name] for name in sorted(SCENARIOS)]
 # The committed routing and rules, read once.
 ROUTING = yaml.safe_load(ALERTMANAGER_CONFIG.read_text())
@@ -108,6 +110,10 @@ class Run:
     # Every alert that fired in Prometheus during the run, by rig (labels
     # without alertstate).
     fired: dict[str, list[dict[str, str]]] = field(default_factory=dict)
+    # The run's Prometheus (still up while the tests run) and its wall-clock span.
+    prometheus_url: str = ""
+    started: float = 0.0
+    ended: float = 0.0
 
 
 def rig_alerts(notifications: list[Notification], rig: str) -> Iterator[tuple[Notification,
@@ -169,7 +175,8 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Run]:
         _wait_targets_up(monitoring, len(rigs))
         time.sleep(WARMUP_SECONDS)
 
-        run = Run({name: e.address for name, e in exporters.items()}, {})
+        run = Run({name: e.address for name, e in exporters.items()}, {},
+                  prometheus_url=monitoring.prometheus_url, started=time.time())
 
         async def play_one(scenario: Scenario) -> None:
             run.fault_at[scenario.name] = time.monotonic() + (scenario.fault_at or 0) / TIME_SCALE
@@ -189,6 +196,7 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Run]:
         for result in monitoring.query('max_over_time(ALERTS{alertstate="firing"}[1h])'):
             labels = {k: v for k, v in result["metric"].items() if k != "alertstate"}
             run.fired.setdefault(labels.get("rig", ""), []).append(labels)
+        run.ended = time.time()
         yield run
 
 
@@ -289,3 +297,23 @@ def test_the_starvation_page_names_the_agent_stalled_and_the_agent_blamed(run: R
              if a["labels"]["alertname"] == "RigDecodeStarvation" and a["status"] == "firing"]
     assert pages
     assert f"Agent {A} stalled, blamed on {B}" in pages[0]["annotations"]["description"], pages
+
+
+# The overview generated from the run's own scaled thresholds, once.
+OVERVIEW = overview(TIME_SCALE, STALL_SCALE)
+
+
+@pytest.mark.parametrize("scenario", SCENARIO_LIST, ids=[s.name for s in SCENARIO_LIST])
+def test_overview_tile_for_the_scenario_turns_and_no_other(run: Run,
+                                                           scenario: Scenario) -> None:
+    """Over the whole run of the scenario's rig, each overview tile that shows one of its
+    alerts crosses its threshold, and every other tile stays green (the same Prometheus
+    as the alerts above: no second playing)."""
+    expected = {e.alert for e in scenario.expects}
+    found = tiles(OVERVIEW, run.prometheus_url, scenario.name, run.started, run.ended,
+                  TIME_SCALE, SCRAPE_SECONDS)
+    assert len(found) >= 17, [t.title for t in found]
+    quiet = [f"{t.title}: {t.values}" for t in found if t.shows & expected and not t.crossed]
+    assert not quiet, f"{scenario.name}: tiles that should cross and did not: {quiet}"
+    stray = [f"{t.title}: {t.crossed}" for t in found if t.crossed and not t.shows & expected]
+    assert not stray, f"{scenario.name}: tiles that crossed for nothing expected: {stray}"
