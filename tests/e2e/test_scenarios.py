@@ -301,6 +301,11 @@ def test_the_starvation_page_names_the_agent_stalled_and_the_agent_blamed(run: R
 
 # The overview generated from the run's own scaled thresholds, once.
 OVERVIEW = overview(TIME_SCALE, STALL_SCALE)
+# Tiles a scenario turns short of any alert, and why. four-agents-hog: the stream
+# probe queues behind the three waiting agents (FCFS: SGLang's scheduler stops at the
+# first request that does not fit) past its deadline, so one probe fails and the
+# Engines tile says so; RigEngineWedged needs 5 min of failed probes.
+TILES_SHORT_OF_AN_ALERT = {"four-agents-hog": {"Engines"}}
 
 
 @pytest.mark.parametrize("scenario", SCENARIO_LIST, ids=[s.name for s in SCENARIO_LIST])
@@ -315,5 +320,7 @@ def test_overview_tile_for_the_scenario_turns_and_no_other(run: Run,
     assert len(found) >= 17, [t.title for t in found]
     quiet = [f"{t.title}: {t.values}" for t in found if t.shows & expected and not t.crossed]
     assert not quiet, f"{scenario.name}: tiles that should cross and did not: {quiet}"
-    stray = [f"{t.title}: {t.crossed}" for t in found if t.crossed and not t.shows & expected]
+    also = TILES_SHORT_OF_AN_ALERT.get(scenario.name, set())
+    stray = [f"{t.title}: {t.crossed}" for t in found
+             if t.crossed and not t.shows & expected and t.title not in also]
     assert not stray, f"{scenario.name}: tiles that crossed for nothing expected: {stray}"
