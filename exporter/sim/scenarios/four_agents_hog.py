@@ -18,8 +18,8 @@ signal="unbounded" (an answer without max_tokens past 4,096 tokens, a quarter of
 16,384, after about a minute), then signal="size" (past 16,384, after about four),
 and RigQueueHeadOfLine (three requests queued while one runs, for 5 min): the
 page the owner had, which now comes with the hog's name.
-Must not raise: RigEngineWedged (the probe waits behind the three for less than
-its timeout),
+Must not raise: RigEngineWedged (the probe waits behind the three, and one probe
+times out, which the overview's Engines tile shows; the rule wants 5 min of failures),
 RigDecodeStarvation (analyst decodes steadily), RigKVPoolSaturated (analyst's 165K
 is 75 % of the pool), RigAgentContextNearLimit (analyst sent 123K, 63 % of the
 context), RigAgentsWorkingSetOverPool (L1 + L2 hold the four sessions).
