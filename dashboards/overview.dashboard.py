@@ -158,7 +158,7 @@ def _cache(t: Thresholds) -> list:
     capacity = sel("rig_engine_kv_capacity_tokens")
     host_capacity = sel("rig_engine_hicache_host_capacity_tokens")
     recomputed = f"1 - {sel('engine:rig_engine_cache_hit_tokens:ratio_rate5m')}"
-    agents = sel("rig_agent_last_prompt_tokens", 'engine=~"$engine"')
+    agents = sel("rig_agent_last_prompt_tokens")
     context = f"sum by ({ENGINE}) ({agents})"
     # HiCache's L2 counts only where it is on.
     pool = (f"sum by ({ENGINE}) ({capacity} + on (job, instance, engine, kind)"
