@@ -161,8 +161,9 @@ def _cache(t: Thresholds) -> list:
     agents = sel("rig_agent_last_prompt_tokens")
     context = f"sum by ({ENGINE}) ({agents})"
     # HiCache's L2 counts only where it is on.
-    pool = (f"sum by ({ENGINE}) ({capacity} + on (job, instance, engine, kind)"
-            f" ({host_capacity} or {capacity} * 0))")
+    # Both pools are series of one target, alike in every label: a plain `+` keeps
+    # them all (an `on (...)` keeps only its own, and lost `rig`).
+    pool = f"sum by ({ENGINE}) ({capacity} + ({host_capacity} or {capacity} * 0))"
     return [
         stat(
             "KV pool",

@@ -120,7 +120,10 @@ SERVER_INFO_KEYS = ("version", "served_model_name", "model_path", "tp_size",
                        max_size=9))
 def test_server_info_reader_on_random_json(server: dict) -> None:
     info = sglang_info(server)
-    assert all(isinstance(v, str) for v in vars(info).values())
+    labels = {name: getattr(info, name) for name in info.labels()}
+    assert all(isinstance(v, str) for v in labels.values())
+    assert info.context_length_tokens is None or (
+        isinstance(info.context_length_tokens, int) and info.context_length_tokens > 0)
 
 
 toml_scalars = (st.booleans() | st.integers(-10**6, 10**6) | st.floats(allow_nan=False)
