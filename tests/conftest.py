@@ -13,6 +13,7 @@ import pytest
 
 from tests.e2e import report as e2e_report
 
+ROOT = Path(__file__).parent.parent
 FIXTURES = Path(__file__).parent / "fixtures"
 SYSFS_FIXTURE = FIXTURES / "sys"
 
@@ -33,11 +34,23 @@ def hwmon_dir(root: Path, card: str) -> Path:
     return next((card_device(root, card) / "hwmon").iterdir())
 
 
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """The long_running modules first, the rest in their order (a stable sort):
-    pytest-xdist hands out whole files in this order, so each long one starts at
-    once on a worker of its own and the short files share the other workers."""
-    items.sort(key=lambda item: item.get_closest_marker("long_running") is None)
+    """The suite runs on pytest-xdist workers with `--dist loadgroup` (pyproject.toml).
+    Each file is one group, handed whole to one worker as `--dist loadfile` would, so
+    its module fixtures start once; a file marked `spread` is not grouped, and its
+    tests go one by one to whichever worker is free. The long_running files come
+    first, longest first (a stable sort): each starts at once on a worker of its own
+    and the short files fill the other workers around them."""
+    for item in items:
+        if not item.get_closest_marker("xdist_group") and not item.get_closest_marker("spread"):
+            item.add_marker(pytest.mark.xdist_group(item.path.relative_to(ROOT).as_posix()))
+    items.sort(key=_expected_seconds, reverse=True)
+
+
+def _expected_seconds(item: pytest.Item) -> float:
+    marker = item.get_closest_marker("long_running")
+    return 0.0 if marker is None else marker.args[0]
 
 
 E2E_ROWS: list[e2e_report.Row] = []

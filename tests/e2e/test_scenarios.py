@@ -38,7 +38,7 @@ from exporter.sim.scenarios.player import play
 from tests.e2e import report
 from tests.e2e.stack import LoopThread
 
-pytestmark = pytest.mark.long_running
+pytestmark = pytest.mark.long_running(170)
 
 TIME_SCALE = 10.0
 STALL_SCALE = 2.0
