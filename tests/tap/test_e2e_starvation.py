@@ -13,6 +13,7 @@ shortens the gap it ends.
 from __future__ import annotations
 
 import asyncio
+import math
 import subprocess
 from collections.abc import Callable
 from pathlib import Path
@@ -31,11 +32,13 @@ from exporter.sim.engine.state import SimEngine
 from exporter.streams import StreamMeter, StreamTiming
 from exporter.tap.source import TapSource
 from exporter.tap.state import TapState
+from exporter.thresholds import Thresholds
 from tests.engines.helpers import running_sim
 
 SCALE = 10.0
 SCRAPE_SECONDS = 15.0  # simulated
 RULES = Path(__file__).resolve().parents[2] / "alerts" / "rig-rules.yaml"
+THRESHOLDS = Thresholds()
 LABELS = {"job": "rig", "instance": "rig:9842", "engine": "main", "kind": "sglang"}
 
 
@@ -139,11 +142,15 @@ def test_starvation_through_the_tap_fires_in_promtool(tmp_path: Path):
     values = " ".join(repr(g) for g in gaps)
     series = "rig_stream_max_token_gap_seconds{" + ",".join(
         f'{k}="{v}"' for k, v in LABELS.items()) + "}"
-    # Fires once the gap has been >= 10 s for the rule's 30 s: find that scrape.
+    # Fires once the gap has been >= 10 s for the rule's hold (none by default: one
+    # scrape confirms a measured duration): find that scrape.
+    hold_scrapes = math.ceil(THRESHOLDS.decode_starvation_for_seconds / SCRAPE_SECONDS)
     first = next(i for i, g in enumerate(gaps) if g >= 10)
-    fire_at = first + 2  # 30 s later at 15 s scrapes
+    fire_at = first + hold_scrapes
     assert all(g >= 10 for g in gaps[first:fire_at + 1]), gaps
-    window = gaps[max(0, fire_at - 5):fire_at + 1]  # max_over_time(...[90s]) at fire_at
+    # max_over_time(...[window]) at fire_at: promtool 2.x selects [t - window, t].
+    window_scrapes = int(THRESHOLDS.decode_stall_window_seconds / SCRAPE_SECONDS)
+    window = gaps[max(0, fire_at - window_scrapes):fire_at + 1]
     test = {
         "rule_files": [str(RULES)],
         "evaluation_interval": "15s",
@@ -152,7 +159,7 @@ def test_starvation_through_the_tap_fires_in_promtool(tmp_path: Path):
             "input_series": [{"series": series, "values": values}],
             "alert_rule_test": [
                 {"eval_time": f"{int((fire_at - 1) * SCRAPE_SECONDS)}s",
-                 "alertname": "RigDecodeStarvation"},  # pending, not yet firing
+                 "alertname": "RigDecodeStarvation"},  # one scrape before: nothing yet
                 {"eval_time": f"{int(fire_at * SCRAPE_SECONDS)}s",
                  "alertname": "RigDecodeStarvation",
                  "exp_alerts": [{"exp_labels": {"severity": "critical", **LABELS},
