@@ -13,7 +13,6 @@ import pytest
 
 from tests.e2e import report as e2e_report
 
-ROOT = Path(__file__).parent.parent
 FIXTURES = Path(__file__).parent / "fixtures"
 SYSFS_FIXTURE = FIXTURES / "sys"
 
@@ -34,17 +33,13 @@ def hwmon_dir(root: Path, card: str) -> Path:
     return next((card_device(root, card) / "hwmon").iterdir())
 
 
-@pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """The suite runs on pytest-xdist workers with `--dist loadgroup` (pyproject.toml).
-    Each file is one group, handed whole to one worker as `--dist loadfile` would, so
-    its module fixtures start once; a file marked `spread` is not grouped, and its
-    tests go one by one to whichever worker is free. The long_running files come
-    first, longest first (a stable sort): each starts at once on a worker of its own
-    and the short files fill the other workers around them."""
-    for item in items:
-        if not item.get_closest_marker("xdist_group") and not item.get_closest_marker("spread"):
-            item.add_marker(pytest.mark.xdist_group(item.path.relative_to(ROOT).as_posix()))
+    """The suite runs on pytest-xdist workers with `--dist loadfile` (pyproject.toml):
+    each file goes whole to one worker, so its module fixtures start once. The
+    long_running files come first, longest first (a stable sort): each starts at once
+    on a worker of its own and the short files fill the other workers around them.
+    (`--dist loadgroup` with a group per file, to spread some files test by test,
+    did not group them: pytest-xdist 3.8 ran one file's tests on every worker.)"""
     items.sort(key=_expected_seconds, reverse=True)
 
 
