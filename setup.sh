@@ -46,7 +46,7 @@ fi
 # Reinstall only when the package's declaration changed since the last install.
 stamp=.venv/.rig-installed
 if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
-    echo "setup: installing rig-telemetry and its test and fast extras into .venv"
-    .venv/bin/python -m pip install -q --disable-pip-version-check -e '.[test,fast]'
+    echo "setup: installing rig-telemetry and its test, fast and render extras into .venv"
+    .venv/bin/python -m pip install -q --disable-pip-version-check -e '.[test,fast,render]'
     touch "$stamp"
 fi

@@ -11,7 +11,7 @@ overrides the defaults, so the rules fire on the same values as the exporter's
 `/api/health`. Exit status: 0 done, 1 stale (`--check`), 2 a bad config file.
 
 Metric names are the `rig_*` schema of docs/metrics.md. The rules live in
-`alerts/rules/`, one module per concern (recording, engine, hicache, gpu, host);
+`alerts/rules/`, one module per concern (recording, engine, hicache, gpu, host, agents);
 `alerts/rules/common.py` says how recorded series are named.
 """
 
@@ -24,6 +24,7 @@ from typing import Any
 
 import yaml
 
+from alerts.rules.agents import agent_alerts
 from alerts.rules.engine import engine_alerts
 from alerts.rules.gpu import gpu_alerts
 from alerts.rules.hicache import hicache_alerts
@@ -46,6 +47,7 @@ ALERT_GROUPS = (
     ("rig-hicache", hicache_alerts),
     ("rig-gpu", gpu_alerts),
     ("rig-host", host_alerts),
+    ("rig-agents", agent_alerts),
 )
 
 

@@ -31,7 +31,7 @@ import dataclasses
 import re
 from typing import Any
 
-from alerts.rules.common import PER_SECOND, STALL_LENGTH, Alert, dur, num
+from alerts.rules.common import AGE, PER_SECOND, STALL_LENGTH, Alert, dur, num
 from exporter.thresholds import Thresholds
 
 _UNIT_SECONDS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400}
@@ -55,6 +55,8 @@ def scaled_duration(duration: str, factor: float) -> str:
 # Durations the rules compare a value against (a stall's length), rather than
 # hold for or look back over.
 COMPARED_DURATIONS = ("decode_stall_critical_seconds", "decode_stutter_seconds")
+# Ages a request's gauge is compared against: they pass at the time scale.
+COMPARED_AGES = ("agent_hog_running_seconds", "agent_hog_waiting_seconds")
 
 
 def scaled_thresholds(t: Thresholds, factor: float,
@@ -71,6 +73,8 @@ def scaled_thresholds(t: Thresholds, factor: float,
             changes[field.name] = value * factor
         elif field.name in COMPARED_DURATIONS:
             changes[field.name] = _round(value / (stall_factor or factor))
+        elif field.name in COMPARED_AGES:
+            changes[field.name] = _round(value / factor)
     return dataclasses.replace(t, **changes)
 
 
@@ -86,6 +90,8 @@ def scaled_alert(fast: Alert, plain: Alert, factor: float,
         rule["expr"] = f"(\n{rule['expr']}) * {num(stall_factor or factor)}\n"
     elif fast.value_kind == PER_SECOND and factor != 1.0:
         rule["expr"] = f"(\n{rule['expr']}) / {num(factor)}\n"
+    elif fast.value_kind == AGE and factor != 1.0:
+        rule["expr"] = f"(\n{rule['expr']}) * {num(factor)}\n"
     return rule
 
 

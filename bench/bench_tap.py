@@ -18,7 +18,8 @@ A relay's CPU is its process's CPU time (/proc/<pid>/stat utime+stime) over its 
 less what it spends idle over the same time (measured first, printed apart: for the
 exporter, the engine source polling the stand-in, which answers 404), per 1,000 frames
 and as a share of one core; the median of the repeats. The timing code alone (no
-network) is measured in this process for comparison. `--no-uvloop` runs the exporter
+network) is measured in this process for comparison, for one stream and for 16 streams
+of four configured agents (the per-agent accounting). `--no-uvloop` runs the exporter
 (and the bare relay) on asyncio's loop even where uvloop is installed. `--batched` sends
 every stream's frames on one shared clock, as SGLang's decode steps give each running
 request its token at once; by default each stream keeps its own clock, and the frames
@@ -232,6 +233,37 @@ def timing_cost(shape: str, frames: int = 20_000) -> float:
     return (time.process_time() - started) / frames
 
 
+def agents_timing_cost(shape: str, streams: int = 16, frames: int = 20_000) -> float:
+    """The same at `streams` streams at once, each of one of four configured agents
+    (docs/tap.md#agents): the per-agent tallies, the waiting marks and, every 100th
+    frame of a stream, a 1.5 s stall that is blamed on whoever waits."""
+    from multidict import CIMultiDict
+
+    from exporter.config import AgentConfig
+    from exporter.tap.asks import StreamAsk
+    from exporter.tap.state import TapState
+
+    clock = [time.monotonic()]
+    agents = tuple(AgentConfig(f"agent{i}", header_name="X-Agent", header_value=f"agent{i}")
+                   for i in range(4))
+    state = TapState(lambda: clock[0], agents=agents)
+    live = []
+    for i in range(streams):
+        ask = StreamAsk("/v1/chat/completions")
+        ask.feed(b'{"stream": true, "max_tokens": 512}')
+        flight = state.begin(clock[0], ask, CIMultiDict({"X-Agent": f"agent{i % 5}"}), None)
+        state.named(flight)
+        live.append(state.open(clock[0], flight))
+    payloads = [frame(shape, i % 100) for i in range(100)]
+    started = time.process_time()
+    for i in range(frames):
+        clock[0] += 1.5 if i % (100 * streams) == 0 else 0.01 / streams
+        state.chunk(live[i % streams], payloads[(i // streams) % 100])
+    cost = (time.process_time() - started) / frames
+    state.reading("sglang", "main")
+    return cost
+
+
 def cpu_seconds(pid: int) -> float:
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / TICKS  # utime, stime
@@ -369,6 +401,8 @@ def report(args: argparse.Namespace, loop: str, relays: list[Relay], direct: Rel
               f"({relay.idle * 100:.3f} % of a core), subtracted below")
     print(f"timing alone (parse + gap timer + histograms): "
           f"{timing_cost(args.shape) * 1e6:.1f} us CPU per frame")
+    print(f"timing alone at 16 streams of 4 agents (+ agent tallies, waits, blame): "
+          f"{agents_timing_cost(args.shape) * 1e6:.1f} us CPU per frame")
     print("streams  relay       p50/p99 ms         added p50/p99 ms   "
           "CPU ms/1000 frames  CPU % of a core  load")
     for streams in (int(s) for s in args.streams.split(",")):

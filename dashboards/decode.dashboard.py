@@ -11,11 +11,13 @@ from __future__ import annotations
 from grafanalib.core import Dashboard
 
 from dashboards.panels import (
+    TOKENS_PER_SECOND,
     UIDS,
     Section,
     falling_steps,
     heatmap,
     on_off,
+    over_interval,
     rate,
     rig_dashboard,
     sel,
@@ -26,6 +28,11 @@ from dashboards.panels import (
     timeseries,
 )
 from exporter.thresholds import Thresholds
+
+
+def worst(expr: str) -> str:
+    """The longest of each graph point's interval."""
+    return over_interval("max", expr)
 
 
 def _quantiles(metric: str, what: str) -> list[tuple[str, str]]:
@@ -55,13 +62,15 @@ def build(t: Thresholds) -> Dashboard:
             f" {t.decode_stall_critical_seconds:g} s (starvation).",
             "s",
             targets(
-                (sel("rig_probe_max_token_gap_seconds"), "{{engine}} probe"),
-                (sel("rig_stream_max_token_gap_seconds"), "{{engine}} stream tap"),
-                (sel("rig_engine_decode_stall_max_seconds"), "{{engine}} stall tracker"),
-                (sel("rig_engine_decode_stall_max_upper_seconds"),
+                (worst(sel("rig_probe_max_token_gap_seconds")), "{{engine}} probe"),
+                (worst(sel("rig_stream_max_token_gap_seconds")), "{{engine}} stream tap"),
+                (f"({worst(sel('rig_engine_decode_stall_max_seconds'))}"
+                 f" + {worst(sel('rig_engine_decode_stall_max_upper_seconds'))}) / 2",
+                 "{{engine}} stall tracker"),
+                (worst(sel("rig_engine_decode_stall_max_upper_seconds")),
                  "{{engine}} stall tracker, at most"),
             ),
-            thresholds=gap_steps,
+            thresholds=gap_steps, judged=("A", "B", "C"),
             alerts=("RigDecodeStarvation", "RigDecodeStuttering"),
             w=24,
         ),
@@ -72,7 +81,7 @@ def build(t: Thresholds) -> Dashboard:
             target(f"sum by (le) ({rate('rig_probe_token_gap_seconds_bucket', fn='increase')})",
                    "{{le}}", fmt="heatmap"),
             alerts=("RigDecodeStuttering",),
-            w=24, h=6,
+            w=12, h=6,
         ),
         heatmap(
             "Stream tap token gaps",
@@ -80,22 +89,24 @@ def build(t: Thresholds) -> Dashboard:
             " by bucket (10 ms … 120 s). Empty unless the tap is on and agents use it.",
             target(f"sum by (le) ({rate('rig_stream_token_gap_seconds_bucket', fn='increase')})",
                    "{{le}}", fmt="heatmap"),
-            w=24, h=6,
+            w=12, h=6,
         ),
         timeseries(
             "Stall tracker: stall under way and its resolution",
-            "The decode stall under way now (0 while decoding) and the tracker's poll"
+            "The longest decode stall under way in each interval (0 while decoding) and the"
+            " tracker's poll"
             " interval in force (its resolution, set by the 2 % engine-cost budget, and its"
             " floor while decode stands still): a stall shorter than the resolution can be"
-            " missed.",
+            " missed. Dashed lines: the stall under way only.",
             "s",
             targets(
-                (sel("rig_engine_decode_stall_seconds"), "{{engine}} stall under way"),
-                (sel("rig_engine_decode_stall_resolution_seconds"), "{{engine}} resolution"),
+                (worst(sel("rig_engine_decode_stall_seconds")), "{{engine}} stall under way"),
+                (worst(sel("rig_engine_decode_stall_resolution_seconds")),
+                 "{{engine}} resolution"),
             ),
             thresholds=gap_steps,
             alerts=("RigDecodeStarvation",),
-            w=24, h=6,
+            w=12, h=6,
         ),
         timeseries(
             "Share of time decode stood still",
@@ -103,7 +114,7 @@ def build(t: Thresholds) -> Dashboard:
             " progress while requests were running.",
             "percentunit",
             targets((rate("rig_engine_decode_stalled_seconds_total"), "{{engine}}")),
-            min_value=0, w=24, h=6,
+            min_value=0, w=12, h=6,
         ),
         timeseries(
             "Decode batches/s",
@@ -113,7 +124,7 @@ def build(t: Thresholds) -> Dashboard:
             "ops",
             targets((rate("rig_engine_decode_batches_total"), "{{engine}}")),
             alerts=("RigDecodeStarvation",),
-            w=24, h=6,
+            w=12, h=6,
         ),
         timeseries(
             "Running and queued requests",
@@ -128,7 +139,7 @@ def build(t: Thresholds) -> Dashboard:
                 (sel("rig_stream_active"), "{{engine}} streams through the tap"),
             ),
             alerts=("RigQueueHeadOfLine", "RigDecodeStarvation"),
-            w=24, h=6,
+            w=12, h=6,
         ),
     ])
     engine = Section("Engine", [
@@ -138,13 +149,13 @@ def build(t: Thresholds) -> Dashboard:
             " probe (its tokens over its decode time), and tokens per second streamed"
             " through the tap, as the streams report them (an OpenAI stream without"
             " include_usage reports none).",
-            "short",
+            TOKENS_PER_SECOND,
             targets(
                 (rate("rig_engine_generation_tokens_total"), "{{engine}} generated"),
                 (sel("rig_probe_decode_tokens_per_second"), "{{engine}} probe decode"),
                 (rate("rig_stream_generated_tokens_total"), "{{engine}} through the tap"),
             ),
-            axis_label="tokens/s", w=8,
+            w=8,
         ),
         state_timeline(
             "Engine reachable, probe served",
@@ -228,7 +239,7 @@ def build(t: Thresholds) -> Dashboard:
         UIDS["decode"],
         "Token gaps from the stream tap, the probe and the stall tracker, on one time axis"
         " with decode batches and the scheduler's queue; TTFT and ITL quantiles.",
-        [gaps, engine, speculative, latency],
+        [latency, gaps, engine, speculative],
     )
 
 

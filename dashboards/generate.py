@@ -12,7 +12,8 @@ Each `<name>.dashboard.py` defines `build(thresholds) -> Dashboard` (and, for
 grafanalib's own `generate-dashboards`, `dashboard = build(Thresholds())`); its
 JSON is written beside it as `<name>.json` in a checkout, else into the current
 directory (or into `--out`), with the serialisation grafanalib's
-`_gen.write_dashboard` uses (sorted keys, indent 2), so the output is stable.
+`_gen.write_dashboard` uses (sorted keys, indent 2), so the output is stable,
+less what no current Grafana reads (dashboards/clean.py).
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from typing import Any
 
 from grafanalib._gen import DashboardEncoder
 
+from dashboards.clean import clean
 from exporter.checkout import in_checkout
 from exporter.thresholds import Thresholds, thresholds_from_config
 
@@ -52,7 +54,8 @@ def _load(source: Path) -> ModuleType:
 
 def build(source: Path, t: Thresholds) -> dict[str, Any]:
     """The dashboard of one source file as Grafana JSON (plain dicts and lists)."""
-    return json.loads(json.dumps(_load(source).build(t).to_json_data(), cls=DashboardEncoder))
+    data = json.loads(json.dumps(_load(source).build(t).to_json_data(), cls=DashboardEncoder))
+    return clean(data)
 
 
 def render(source: Path, t: Thresholds) -> str:

@@ -17,8 +17,10 @@ from dashboards.panels import (
     Section,
     falling_steps,
     on_off,
+    over_interval,
     rig_dashboard,
     sel,
+    stat,
     state_timeline,
     steps,
     threshold_override,
@@ -30,6 +32,11 @@ from dashboards.panels import (
 from exporter.thresholds import Thresholds
 
 LIMIT_LINES = ".* (critical|cap|max|total)$"
+# The sensors the hot and downclock rules judge, and the others.
+CURRENT, MAX = 'kind="current"', 'kind="max"'
+# In transfers per second; drawn in GT/s, Grafana having no such unit.
+PCIE_SPEED = "rig_gpu_pcie_link_speed_transfers_per_second"
+HOT_SENSORS, OTHER_SENSORS = 'sensor=~"junction|memory"', 'sensor!~"junction|memory"'
 
 
 def _temperature(sensor: str, t: Thresholds, alerts: tuple[str, ...]) -> object:
@@ -52,20 +59,26 @@ def _temperature(sensor: str, t: Thresholds, alerts: tuple[str, ...]) -> object:
 
 
 def build(t: Thresholds) -> Dashboard:
+    throttle = sel("rig_gpu_throttle_active", 'reason!="thermal_junction"')
     temperatures = Section("Temperatures", [
         _temperature("junction", t, ("RigGpuHot", "RigGpuThermalDownclock")),
         _temperature("edge", t, ()),
         _temperature("memory", t, ("RigGpuHot",)),
         timeseries(
             "Headroom to the critical limit",
-            "Degrees left before each sensor's critical limit. Under"
-            f" {t.gpu_hot_margin_celsius:g} °C a card is hot; under"
-            f" {t.gpu_junction_margin_celsius:g} °C at the junction, with the clock held down"
-            " under load, it is thermally downclocking.",
+            "Degrees left before each sensor's critical limit, the least of each interval."
+            f" At {t.gpu_hot_margin_celsius:g} °C or less at the junction or memory a card is"
+            f" hot; at {t.gpu_junction_margin_celsius:g} °C or less at the junction, with the"
+            " clock held down under load, it is thermally downclocking. The dashed lines"
+            " judge the junction and memory only.",
             "celsius",
-            queries((sel(HEADROOM), "{{card}} {{sensor}}")),
+            queries(
+                (over_interval("min", sel(HEADROOM, HOT_SENSORS)), "{{card}} {{sensor}}"),
+                (over_interval("min", sel(HEADROOM, OTHER_SENSORS)),
+                 "{{card}} {{sensor}}"),
+            ),
             thresholds=falling_steps(("red", t.gpu_junction_margin_celsius),
-                                     ("orange", t.gpu_hot_margin_celsius)),
+                                     ("orange", t.gpu_hot_margin_celsius), inclusive=True),
             alerts=("RigGpuHot", "RigGpuThermalDownclock"),
             w=24,
         ),
@@ -90,7 +103,7 @@ def build(t: Thresholds) -> Dashboard:
             f" {t.gpu_sclk_ratio:.0%} while busy and near the thermal limit is a thermal"
             " downclock; held there by the power limit, it is power capping.",
             "percentunit",
-            queries((sel(SCLK_RATIO), "{{card}}")),
+            queries((over_interval("min", sel(SCLK_RATIO)), "{{card}}")),
             thresholds=falling_steps(("orange", t.gpu_sclk_ratio)),
             alerts=("RigGpuThermalDownclock",),
             min_value=0, max_value=1, w=8,
@@ -113,13 +126,15 @@ def build(t: Thresholds) -> Dashboard:
         ),
         state_timeline(
             "Throttle reasons",
-            "The throttle reasons the firmware reports (gpu_metrics throttle_status). On"
-            " Navi 31 thermal_junction (the hotspot bit) is set almost always, even at idle:"
-            " it matters only with the clock down and the junction near its limit.",
-            queries((sel("rig_gpu_throttle_active"), "{{card}} {{reason}}")),
+            "The throttle reasons the firmware reports (gpu_metrics throttle_status) that"
+            " were set at some time in the range; a card with none set has no row. The"
+            " Navi 31 hotspot bit (thermal_junction) is left out, as the rules leave it:"
+            " it is set almost always, even at idle (the junction's headroom says more).",
+            queries((f"{throttle} and on (job, instance, card, reason)"
+                     f" (max_over_time({throttle}[$__range]) > 0)", "{{card}} {{reason}}")),
             mappings=on_off("off", "throttling"),
             alerts=("RigGpuThermalDownclock", "RigGpuPowerCapped"),
-            h=10,
+            no_value="no throttle reason set", h=6,
         ),
     ])
     load = Section("Load, memory, fans, PCIe", [
@@ -136,17 +151,6 @@ def build(t: Thresholds) -> Dashboard:
             min_value=0, max_value=1, w=8,
         ),
         timeseries(
-            "VRAM used",
-            "VRAM in use on each card against its total (dashed).",
-            "bytes",
-            queries(
-                (sel("rig_gpu_vram_used_bytes"), "{{card}}"),
-                (sel("rig_gpu_vram_total_bytes"), "{{card}} total"),
-            ),
-            overrides=[threshold_override(LIMIT_LINES)],
-            w=8,
-        ),
-        timeseries(
             "Fan speed",
             "Fan speed of each card (hwmon fan1_input).",
             "rotrpm",
@@ -158,40 +162,50 @@ def build(t: Thresholds) -> Dashboard:
             "The current link speed of each card's endpoint and of the switch's upstream"
             " port above it, against each port's maximum (dashed). On RDNA the endpoint can"
             " read its full speed in a slower slot: the upstream port tells.",
-            "short",
+            "suffix: GT/s",
             queries(
-                (sel("rig_gpu_pcie_link_speed_transfers_per_second", 'kind="current"'),
-                 "{{card}} {{port}}"),
-                (sel("rig_gpu_pcie_link_speed_transfers_per_second", 'kind="max"'),
-                 "{{card}} {{port}} max"),
+                (f"{sel(PCIE_SPEED, CURRENT)} / 1e9", "{{card}} {{port}}"),
+                (f"{sel(PCIE_SPEED, MAX)} / 1e9", "{{card}} {{port}} max"),
             ),
             overrides=[threshold_override(LIMIT_LINES)],
             alerts=("RigGpuPcieDegraded",),
-            axis_label="transfers/s", w=8,
-        ),
-        timeseries(
-            "PCIe link width against its max",
-            "Lanes of each port's link, current and maximum (dashed). Dashed red line:"
-            f" x{t.gpu_pcie_min_width_lanes}, narrower than this rig's slots run.",
-            "none",
-            queries(
-                (sel("rig_gpu_pcie_link_width_lanes", 'kind="current"'), "{{card}} {{port}}"),
-                (sel("rig_gpu_pcie_link_width_lanes", 'kind="max"'), "{{card}} {{port}} max"),
-            ),
-            thresholds=falling_steps(("red", t.gpu_pcie_min_width_lanes)),
-            overrides=[threshold_override(LIMIT_LINES)],
-            alerts=("RigGpuPcieDegraded",),
-            axis_label="lanes", w=8,
-        ),
-        state_timeline(
-            "Cards present",
-            "Whether each card is on the bus. A card that vanished (driver reset, fallen off"
-            " the bus) keeps its series at 0, so it shows here instead of going blank. Only"
-            " the cards [gpu] cards selects are read (not the Ryzen iGPU, by default).",
-            queries((sel("rig_gpu_present"), "{{card}} {{pci_bus}}")),
-            mappings=on_off("missing", "present", on_color="green", off_color="red"),
-            alerts=("RigGpuMissing",),
             w=8,
+        ),
+    ])
+    cards = Section("Cards: memory, links, presence", [
+        stat(
+            "VRAM used",
+            "VRAM in use on each card, the most over the range, against its total.",
+            "bytes",
+            queries((f"max by (rig, card) (max_over_time({sel('rig_gpu_vram_used_bytes')}"
+                     "[$__range]))", "{{card}} used"),
+                    (f"max by (rig, card) ({sel('rig_gpu_vram_total_bytes')})", "{{card}} total"),
+                    instant=True),
+            thresholds=steps(), no_value="no card", w=8,
+        ),
+        stat(
+            "PCIe link width",
+            "The narrowest current link of each card's ports over the range, in lanes;"
+            f" narrower than x{t.gpu_pcie_min_width_lanes} is degraded.",
+            "none",
+            queries((f"min by (rig, card) (min_over_time("
+                     f"{sel('rig_gpu_pcie_link_width_lanes', CURRENT)}[$__range]))",
+                     "{{card}} lanes"), instant=True),
+            thresholds=falling_steps(("orange", t.gpu_pcie_min_width_lanes)),
+            alerts=("RigGpuPcieDegraded",), no_value="no card", w=8,
+        ),
+        stat(
+            "Cards present",
+            "Whether each card was on the bus for the whole range (a card that vanished keeps"
+            " its series at 0). Only the cards [gpu] cards selects are read (not the Ryzen"
+            " iGPU, by default).",
+            "none",
+            queries((f"min by (rig, card, pci_bus) (min_over_time({sel('rig_gpu_present')}"
+                     "[$__range]))", "{{card}} {{pci_bus}}"), instant=True),
+            thresholds=falling_steps(("red", 1)),
+            mappings=[{"type": "value", "options": {
+                "0": {"text": "missing", "index": 0}, "1": {"text": "present", "index": 1}}}],
+            alerts=("RigGpuMissing",), no_value="no card", w=8,
         ),
     ])
     return rig_dashboard(
@@ -199,7 +213,7 @@ def build(t: Thresholds) -> Dashboard:
         UIDS["gpus"],
         "Temperatures against their critical limits, power against its cap, sclk against"
         " its max, throttle reasons, VRAM, busy, fans and PCIe, per card.",
-        [temperatures, held, load],
+        [temperatures, held, load, cards],
     )
 
 

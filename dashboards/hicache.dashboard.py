@@ -11,11 +11,17 @@ from grafanalib.core import Dashboard
 
 from alerts.rules.common import CHURN_RATE, HOST_USAGE
 from dashboards.panels import (
+    TOKENS,
+    TOKENS_PER_SECOND,
     UIDS,
     Section,
+    falling_steps,
+    just_above,
+    over_interval,
     rate,
     rig_dashboard,
     sel,
+    stat,
     steps,
     targets,
     timeseries,
@@ -34,27 +40,32 @@ def build(t: Thresholds) -> Dashboard:
             f" {t.kv_usage_ratio:.0%}, held {t.kv_saturated_for_seconds // 60} min, is"
             " saturation.",
             "percentunit",
-            targets((sel("rig_engine_kv_usage_ratio"), "{{engine}}")),
-            thresholds=steps(("red", t.kv_usage_ratio)),
+            targets((over_interval("max", sel("rig_engine_kv_usage_ratio")), "{{engine}}")),
+            thresholds=steps(("orange", t.kv_usage_ratio)),
             alerts=("RigKVPoolSaturated",),
-            min_value=0, max_value=1, w=8,
+            min_value=0, max_value=1, w=12,
         ),
-        timeseries(
-            "KV pool capacity",
-            "Tokens the KV pool holds, per data-parallel group (tensor-parallel ranks hold"
-            " shards of the same tokens and are never added).",
-            "short",
-            targets((sel("rig_engine_kv_capacity_tokens"), "{{engine}}")),
-            axis_label="tokens", w=8,
+        stat(
+            "Pool sizes",
+            "Tokens the KV pool holds per data-parallel group (tensor-parallel ranks hold"
+            " shards of the same tokens and are never added) and the HiCache L2 host pool"
+            " holds; they change only on a restart.",
+            TOKENS,
+            targets((sel("rig_engine_kv_capacity_tokens"), "{{engine}} KV pool"),
+                    (sel("rig_engine_hicache_host_capacity_tokens"), "{{engine}} L2 pool"),
+                    instant=True),
+            thresholds=steps(), no_value="no engine", w=8, h=8,
         ),
-        timeseries(
+        stat(
             "Retracted requests",
-            "Running requests the scheduler retracted (preempted) for lack of KV space, per"
-            " interval. Any retraction means the pool overflowed.",
+            "Running requests the scheduler retracted (preempted) for lack of KV space over"
+            " the time range. Any retraction means the pool overflowed.",
             "short",
-            targets((rate("rig_engine_retracted_requests_total", fn="increase"), "{{engine}}")),
-            alerts=("RigKVPoolSaturated",),
-            bars=True, w=8,
+            targets((f"sum by (rig, engine) (increase("
+                     f"{sel('rig_engine_retracted_requests_total')}[$__range]))", "{{engine}}"),
+                    instant=True),
+            thresholds=steps(("orange", just_above(0))),
+            alerts=("RigKVPoolSaturated",), no_value="no engine", w=4, h=8,
         ),
     ])
     hits = Section("Prompt tokens served from cache", [
@@ -66,22 +77,22 @@ def build(t: Thresholds) -> Dashboard:
             " thrash.",
             "percentunit",
             targets(
-                (sel(HIT_SHARE), "{{engine}} {{tier}}"),
+                (sel(HIT_SHARE, 'tier="L2"'), "{{engine}} {{tier}}"),
+                (sel(HIT_SHARE, 'tier!="L2"'), "{{engine}} {{tier}}"),
                 (f"1 - {sel(ANY_HIT_SHARE)}", "{{engine}} recomputed"),
             ),
-            thresholds=steps(("orange", t.hicache_l2_hit_ratio)),
+            thresholds=falling_steps(("orange", t.hicache_l2_hit_ratio)),
             alerts=("RigHiCacheThrash",),
             min_value=0, max_value=1,
         ),
         timeseries(
             "Prompt and cache-hit tokens/s",
             "Prompt tokens per second, and those each tier served from cache.",
-            "short",
+            TOKENS_PER_SECOND,
             targets(
                 (rate("rig_engine_prompt_tokens_total"), "{{engine}} prompt"),
                 (rate("rig_engine_cache_hit_tokens_total"), "{{engine}} hit {{tier}}"),
             ),
-            axis_label="tokens/s",
         ),
     ])
     movement = Section("L1 and L2 (host RAM)", [
@@ -91,8 +102,8 @@ def build(t: Thresholds) -> Dashboard:
             f" {t.hicache_host_pool_ratio:.0%}; full while L1 keeps evicting means sessions"
             " fall out of every tier.",
             "percentunit",
-            targets((sel(HOST_USAGE), "{{engine}}")),
-            thresholds=steps(("red", t.hicache_host_pool_ratio)),
+            targets((over_interval("max", sel(HOST_USAGE)), "{{engine}}")),
+            thresholds=steps(("orange", t.hicache_host_pool_ratio)),
             alerts=("RigHiCacheHostPoolFull", "RigHiCacheThrash"),
             min_value=0, max_value=1, w=8,
         ),
@@ -102,16 +113,16 @@ def build(t: Thresholds) -> Dashboard:
             " from L1 to L2; churn is the smaller of eviction and load-back (tokens that went"
             f" down and came back). Dashed line: {t.hicache_churn_tokens_per_second:g}"
             " tokens/s of churn.",
-            "short",
+            TOKENS_PER_SECOND,
             targets(
                 (rate("rig_engine_hicache_evicted_tokens_total"), "{{engine}} evicted"),
                 (rate("rig_engine_hicache_loaded_back_tokens_total"), "{{engine}} loaded back"),
                 (rate("rig_engine_hicache_backed_up_tokens_total"), "{{engine}} backed up"),
                 (sel(CHURN_RATE), "{{engine}} churn (5m)"),
             ),
-            thresholds=steps(("orange", t.hicache_churn_tokens_per_second)),
+            thresholds=steps(("orange", t.hicache_churn_tokens_per_second)), judged=("D",),
             alerts=("RigHiCacheThrash",),
-            axis_label="tokens/s", w=16,
+            w=16,
         ),
     ])
     storage = Section("L3 (storage)", [
@@ -120,14 +131,14 @@ def build(t: Thresholds) -> Dashboard:
             "Tokens per second written from L2 to L3 and prefetched back from L3. Writes with"
             " no prefetch while long prompts miss every tier is the L3 addressing bug."
             " Absent unless an L3 backend is configured.",
-            "short",
+            TOKENS_PER_SECOND,
             targets(
                 (rate("rig_engine_hicache_storage_written_tokens_total"), "{{engine}} written"),
                 (rate("rig_engine_hicache_storage_prefetched_tokens_total"),
                  "{{engine}} prefetched"),
             ),
             alerts=("RigHiCacheStorageMisses",),
-            axis_label="tokens/s", w=24,
+            w=24,
         ),
     ])
     return rig_dashboard(

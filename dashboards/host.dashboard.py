@@ -14,6 +14,7 @@ from dashboards.panels import (
     Section,
     falling_steps,
     on_off,
+    over_interval,
     rate,
     rig_dashboard,
     sel,
@@ -38,29 +39,34 @@ def build(t: Thresholds) -> Dashboard:
                 (sel("rig_host_memory_total_bytes"), "{{instance}} total"),
             ),
             overrides=[threshold_override(".* total$")],
-            min_value=0,
+            min_value=0, w=8,
         ),
         timeseries(
             "RAM available share",
             "Available RAM over total. Dashed line:"
             f" {t.host_memory_available_ratio:.0%}, below which the host is out of memory.",
             "percentunit",
-            targets((sel(MEM_AVAILABLE), "{{instance}}")),
+            targets((over_interval("min", sel(MEM_AVAILABLE)), "{{instance}}")),
             thresholds=falling_steps(("red", t.host_memory_available_ratio)),
             alerts=("RigHostMemoryPressure",),
-            min_value=0, max_value=1,
+            min_value=0, max_value=1, w=8,
         ),
         timeseries(
             "Memory pressure (PSI)",
             "The share of time some task (some) or every task (full) stalled waiting for"
             " memory, from /proc/pressure/memory. Dashed line:"
-            f" {t.host_memory_full_stall_ratio:.0%} of full stall.",
+            f" {t.host_memory_full_stall_ratio:.0%}, on full stall only (some is drawn for"
+            " context; no rule judges it).",
             "percentunit",
-            targets((rate("rig_host_memory_pressure_stall_seconds_total"),
-                     "{{instance}} {{kind}}")),
+            targets(
+                (rate("rig_host_memory_pressure_stall_seconds_total", 'kind="full"'),
+                 "{{instance}} full"),
+                (rate("rig_host_memory_pressure_stall_seconds_total", 'kind="some"'),
+                 "{{instance}} some"),
+            ),
             thresholds=steps(("red", t.host_memory_full_stall_ratio)),
             alerts=("RigHostMemoryPressure",),
-            min_value=0,
+            min_value=0, w=8,
         ),
     ])
     swap = Section("Swap", [
@@ -88,7 +94,7 @@ def build(t: Thresholds) -> Dashboard:
                 (rate("rig_host_swap_out_bytes_total"), "{{instance}} out"),
                 (sel(SWAP_IO), "{{instance}} in + out (5m)"),
             ),
-            thresholds=steps(("orange", t.host_swap_io_bytes_per_second)),
+            thresholds=steps(("orange", t.host_swap_io_bytes_per_second)), judged=("C",),
             alerts=("RigHostSwapping",),
             min_value=0,
         ),
@@ -99,7 +105,8 @@ def build(t: Thresholds) -> Dashboard:
             "CPU temperature sensors (k10temp Tctl on Ryzen). Dashed line:"
             f" {t.cpu_temperature_celsius:g} °C.",
             "celsius",
-            targets((sel("rig_host_cpu_temperature_celsius"), "{{instance}} {{sensor}}")),
+            targets((over_interval("max", sel("rig_host_cpu_temperature_celsius")),
+                     "{{instance}} {{sensor}}")),
             thresholds=steps(("orange", t.cpu_temperature_celsius)),
             alerts=("RigCpuHot",),
         ),

@@ -17,6 +17,7 @@ has no field.
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -26,6 +27,7 @@ import attr
 from grafanalib.core import (
     GRAPH_TOOLTIP_MODE_SHARED_CROSSHAIR,
     REFRESH_ON_TIME_RANGE_CHANGE,
+    Annotations,
     Dashboard,
     DashboardLink,
     GridPos,
@@ -52,8 +54,15 @@ UIDS = {
     "hicache": "rig-hicache",
     "gpus": "rig-gpus",
     "host": "rig-host",
+    "agents": "rig-agents",
 }
 WIDTH = 24  # Grafana's grid is 24 columns wide
+# Grafana's custom unit: the value, then the suffix (it has no token unit).
+TOKENS_PER_SECOND = "suffix: tok/s"
+TOKENS = "suffix: tok"
+# Grafana's own maxDataPoints is the panel's width in pixels; a grid column is about
+# 80 px on a 1920-px screen. grafanalib's fixed 100 gave a 5 min step over 6 h.
+PX_PER_COLUMN = 80
 
 # Variables in the order they are shown, each with the label it selects.
 # `engine` selects the configured engine name (`engine`), not its kind (`kind`).
@@ -71,7 +80,7 @@ TARGET_VARIABLES = ("job", "instance", "rig")
 # Series that carry `card` or `engine`, raw or recorded (alerts/rules/common.py).
 # rig_gpu_expected_cards is per exporter, not per card.
 _CARD_SERIES = re.compile(r"^(rig_gpu_(?!expected_cards$)|card(_sensor)?:)")
-_ENGINE_SERIES = re.compile(r"^(rig_engine_|rig_probe_|rig_stream_|engine(_tier)?:)")
+_ENGINE_SERIES = re.compile(r"^(rig_engine_|rig_probe_|rig_stream_|rig_agent_|engine(_tier)?:)")
 
 
 def sel(metric: str, *matchers: str) -> str:
@@ -88,14 +97,45 @@ def rate(metric: str, *matchers: str, fn: str = "rate") -> str:
     return f"{fn}({sel(metric, *matchers)}[$__rate_interval])"
 
 
-def target(expr: str, legend: str, ref: str = "A", fmt: str = "time_series") -> Target:
+_PLAIN_SELECTOR = re.compile(r"[a-zA-Z_][\w:]*\{[^{}]*\}")
+
+
+def over_interval(fn: str, expr: str, interval: str = "$__interval") -> str:
+    """`fn`_over_time (max or min) of `expr` over each point's own interval: a peak or
+    a stall between two points of the graph still reaches one of them. A plain selector
+    takes a range; anything else a subquery at the rule evaluation interval."""
+    if _PLAIN_SELECTOR.fullmatch(expr):
+        return f"{fn}_over_time({expr}[{interval}])"
+    return f"{fn}_over_time(({expr})[{interval}:])"
+
+
+def over_range(fn: str, expr: str) -> str:
+    """`fn`_over_time of `expr` over the dashboard's whole time range, for an instant
+    query: the worst value of the range, whatever the step."""
+    return over_interval(fn, expr, "$__range")
+
+
+def just_above(value: float) -> float:
+    """Where a step for "more than `value`" starts: Grafana's steps start at their value."""
+    return math.nextafter(value, math.inf)
+
+
+def or_zero(expr: str, base: str, by: str) -> str:
+    """`expr`, or 0 for each (`by`) series of `base` where `expr` has none: a counter
+    that is not created until its first event reads 0, as is true, not "No data"."""
+    return f"({expr}) or max by ({by}) ({base} * 0)"
+
+
+def target(expr: str, legend: str, ref: str = "A", fmt: str = "time_series",
+           instant: bool = False) -> Target:
     return Target(expr=expr, legendFormat=legend, refId=ref, format=fmt,
-                  datasource=DATASOURCE, intervalFactor=1)
+                  datasource=DATASOURCE, intervalFactor=1, instant=instant)
 
 
-def targets(*pairs: tuple[str, str]) -> list[Target]:
+def targets(*pairs: tuple[str, str], instant: bool = False) -> list[Target]:
     """Targets from (expr, legend) pairs, lettered A, B, C..."""
-    return [target(expr, legend, chr(ord("A") + i)) for i, (expr, legend) in enumerate(pairs)]
+    return [target(expr, legend, chr(ord("A") + i), instant=instant)
+            for i, (expr, legend) in enumerate(pairs)]
 
 
 def steps(*levels: tuple[str, float]) -> list[dict[str, Any]]:
@@ -105,13 +145,36 @@ def steps(*levels: tuple[str, float]) -> list[dict[str, Any]]:
     ]
 
 
-def falling_steps(*levels: tuple[str, float]) -> list[dict[str, Any]]:
-    """Threshold steps for a value that is bad when low: (color, below value)."""
+def falling_steps(*levels: tuple[str, float], inclusive: bool = False) -> list[dict[str, Any]]:
+    """Threshold steps for a value that is bad when low: (color, below value), or at or
+    below it with `inclusive` (a rule's `<=`: Grafana's step starts at its value, so the
+    next colour starts just above it)."""
     ordered = sorted(levels, key=lambda level: level[1])
     colors = [color for color, _ in ordered] + ["green"]
+    def start(value: float) -> float:
+        return just_above(value) if inclusive else value
+
     return [{"color": colors[0], "value": None}] + [
-        {"color": colors[i + 1], "value": value} for i, (_, value) in enumerate(ordered)
+        {"color": colors[i + 1], "value": start(value)} for i, (_, value) in enumerate(ordered)
     ]
+
+
+def scoped(ref: str, thresholds: list[dict[str, Any]], *, lines: bool = False,
+           unit: str | None = None) -> dict[str, Any]:
+    """An override giving the query `ref` its own thresholds (and, on a graph, its own
+    dashed lines; or its own unit): a limit judges the series its rule judges."""
+    properties: list[dict[str, Any]] = [
+        {"id": "thresholds", "value": {"mode": "absolute", "steps": thresholds}}]
+    if lines:
+        properties.append({"id": "custom.thresholdsStyle", "value": {"mode": "dashed"}})
+    if unit is not None:
+        properties.append({"id": "unit", "value": unit})
+    return {"matcher": {"id": "byFrameRefID", "options": ref}, "properties": properties}
+
+
+def plain(ref: str) -> dict[str, Any]:
+    """An override that takes the query `ref` out of the panel's thresholds."""
+    return scoped(ref, steps())
 
 
 def alerts_note(*alerts: str) -> str:
@@ -129,10 +192,16 @@ class Cell:
 
 
 def timeseries(title: str, description: str, unit: str, queries: Sequence[Target], *,
-               thresholds: list[dict[str, Any]] | None = None, alerts: Sequence[str] = (),
+               thresholds: list[dict[str, Any]] | None = None, judged: Sequence[str] = ("A",),
+               alerts: Sequence[str] = (),
                w: int = 12, h: int = 8, stack: bool = False, bars: bool = False,
                min_value: int | None = None, max_value: int | None = None,
+               soft_max: float | None = None,
                axis_label: str = "", overrides: list[dict[str, Any]] | None = None) -> Cell:
+    """A graph; `thresholds` are drawn as dashed lines on the `judged` queries only."""
+    scoped_lines = [scoped(ref, thresholds, lines=True) for ref in judged] if thresholds else []
+    extra = {"fieldConfig": {"defaults": {"custom": {"axisSoftMax": soft_max}}}} \
+        if soft_max is not None else {}
     panel = TimeSeries(
         title=title,
         description=description + alerts_note(*alerts),
@@ -140,27 +209,33 @@ def timeseries(title: str, description: str, unit: str, queries: Sequence[Target
         targets=list(queries),
         unit=unit,
         axisLabel=axis_label,
-        thresholds=thresholds or steps(),
-        thresholdsStyleMode="dashed" if thresholds else "off",
+        thresholds=steps(),
+        thresholdsStyleMode="off",
         stacking={"mode": "normal", "group": "A"} if stack else {},
         drawStyle="bars" if bars else "line",
         fillOpacity=60 if bars else (20 if stack else 0),
         valueMin=min_value,
         valueMax=max_value,
-        overrides=overrides or [],
+        overrides=[*scoped_lines, *(overrides or [])],
         legendDisplayMode="table",
         legendCalcs=["lastNotNull", "max"],
         tooltipMode="multi",
         tooltipSort="desc",
         spanNulls=False,
+        extraJson=extra,
     )
     return Cell(panel, w, h)
 
 
 def stat(title: str, description: str, unit: str, queries: Sequence[Target], *,
-         thresholds: list[dict[str, Any]], link: tuple[str, str] | None = None,
-         alerts: Sequence[str] = (), mappings: list[dict[str, Any]] | None = None,
+         thresholds: list[dict[str, Any]],
+         link: tuple[str, str] | None = None, alerts: Sequence[str] = (),
+         mappings: list[dict[str, Any]] | None = None,
+         overrides: list[dict[str, Any]] | None = None, no_value: str = "0",
          w: int = 4, h: int = 4) -> Cell:
+    """A tile of instant queries, each series named by its legend and coloured by
+    `thresholds` (or its own, through `overrides`); the queries say what value of the
+    range they show (`over_range`). `no_value` is what no series at all means."""
     links = []
     if link is not None:
         text, uid = link
@@ -174,11 +249,12 @@ def stat(title: str, description: str, unit: str, queries: Sequence[Target], *,
         color={"mode": "thresholds"},
         thresholds=thresholds,
         colorMode="background",
-        graphMode="area",
+        graphMode="none",
         reduceCalc="lastNotNull",
         textMode="value_and_name",
-        noValue="no data",
+        noValue=no_value,
         mappings=mappings or [],
+        overrides=overrides or [],
         links=links,
     )
     return Cell(panel, w, h)
@@ -186,19 +262,13 @@ def stat(title: str, description: str, unit: str, queries: Sequence[Target], *,
 
 def heatmap(title: str, description: str, query: Target, *, unit: str = "s",
             alerts: Sequence[str] = (), w: int = 12, h: int = 8) -> Cell:
-    """A histogram's buckets over time (Grafana 9+ heatmap, buckets pre-computed).
-
-    Grafana migrates a heatmap from its pre-9 form only when `options` is empty
-    (public/app/plugins/panel/heatmap/migrations.ts), so these options stand.
-    """
+    """A histogram's buckets over time (Grafana 9+ heatmap, buckets pre-computed);
+    grafanalib's pre-9 heatmap keys are dropped from the JSON (dashboards/clean.py)."""
     panel = Heatmap(
         title=title,
         description=description + alerts_note(*alerts),
         dataSource=DATASOURCE,
         targets=[query],
-        dataFormat="tsbuckets",
-        yBucketBound="upper",
-        hideZeroBuckets=True,
         extraJson={
             "fieldConfig": {"defaults": {"unit": unit}},
             "options": {
@@ -222,14 +292,15 @@ def heatmap(title: str, description: str, query: Target, *, unit: str = "s",
 
 def state_timeline(title: str, description: str, queries: Sequence[Target], *,
                    mappings: list[dict[str, Any]], unit: str = "bool_on_off",
-                   alerts: Sequence[str] = (), w: int = 24, h: int = 8) -> Cell:
+                   alerts: Sequence[str] = (), no_value: str | None = None,
+                   w: int = 24, h: int = 8) -> Cell:
     panel = StateTimeline(
         title=title,
         description=description + alerts_note(*alerts),
         dataSource=DATASOURCE,
         targets=list(queries),
         mappings=mappings,
-        extraJson={"fieldConfig": {"defaults": {"unit": unit}}},
+        extraJson={"fieldConfig": {"defaults": {"unit": unit, "noValue": no_value}}},
     )
     return Cell(panel, w, h)
 
@@ -316,7 +387,8 @@ def layout(sections: Sequence[Section]) -> list[Panel]:
             if x + cell.w > WIDTH:
                 x, y, row_h = 0, y + row_h, 0
             panels.append(attr.evolve(cell.panel, id=next_id,
-                                      gridPos=GridPos(h=cell.h, w=cell.w, x=x, y=y)))
+                                      gridPos=GridPos(h=cell.h, w=cell.w, x=x, y=y),
+                                      maxDataPoints=cell.w * PX_PER_COLUMN))
             next_id += 1
             x += cell.w
             row_h = max(row_h, cell.h)
@@ -324,10 +396,38 @@ def layout(sections: Sequence[Section]) -> list[Panel]:
     return panels
 
 
+# The labels that tell two rig alerts apart: which rule (signal), card, sensor, engine.
+ALERT_LABELS = "rig, alertname, severity, signal, card, sensor, engine"
+ALERT_STATE_COLORS = {"pending": "orange", "firing": "red"}
+
+
+def rig_alerts(state: str) -> str:
+    """Prometheus' ALERTS series of the rig alerts in `state` (pending or firing)."""
+    series = sel("ALERTS", 'alertname=~"Rig.+"', f'alertstate="{state}"')
+    return f"max by ({ALERT_LABELS}) ({series})"
+
+
+def alert_annotations() -> Annotations:
+    """Each rig alert's pending and firing spans, marked on every time axis."""
+    return Annotations(list=[{
+        "datasource": DATASOURCE,
+        "enable": True,
+        "expr": rig_alerts(state),
+        "iconColor": color,
+        "name": f"Rig alerts {state}",
+        "step": "30s",
+        "titleFormat": f"{{{{alertname}}}} {state}",
+        "tagKeys": ALERT_LABELS.replace(" ", ""),
+        "textFormat": "{{severity}} {{signal}} {{card}} {{sensor}} {{engine}}",
+        "useValueForTime": False,
+    } for state, color in ALERT_STATE_COLORS.items()])
+
+
 def rig_dashboard(title: str, uid: str, description: str,
               sections: Sequence[Section]) -> Dashboard:
     panels = layout(sections)
     return Dashboard(
+        annotations=alert_annotations(),
         title=title,
         uid=uid,
         description=description,

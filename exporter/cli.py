@@ -20,6 +20,7 @@ from exporter.command_line import EXIT_INTERRUPTED, OneLineErrors, run_guarded
 from exporter.config import (
     GPU_BACKENDS,
     GPU_CARD_SELECTIONS,
+    HIDDEN,
     LOG_LEVELS,
     TAP_DEFAULT_HOST,
     Config,
@@ -117,6 +118,7 @@ def build_parser() -> argparse.ArgumentParser:
              "probe_interval_seconds=60; repeatable; replaces the file's [[engine]] list",
     )
     add_tap_flag(parser)
+    add_agent_flag(parser)
     parser.add_argument("--version", action="version", version=f"rig-exporter {__version__}")
     return parser
 
@@ -135,6 +137,7 @@ def config_from_args(args: argparse.Namespace) -> Config:
     if args.engine:
         raw["engine"] = [parse_engine_flag(spec) for spec in args.engine]
     apply_tap_flags(raw, args.tap_listen_address or ())
+    apply_agent_flags(raw, args.agent or ())
     return load_config(raw)
 
 
@@ -159,6 +162,44 @@ def apply_tap_flags(raw: dict[str, Any], specs: Sequence[str]) -> None:
         if table is None:
             raise ConfigError("--tap.listen-address", spec, f"no engine named {name!r}")
         table["tap_listen_address"] = address
+
+
+def add_agent_flag(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--engine.agent", dest="agent", action="append",
+        metavar="ENGINE=NAME,MATCHER=VALUE",
+        help="an agent of engine ENGINE that the stream tap names its requests after; "
+             "MATCHER is api_key_file=PATH (a bearer token, read from the file), "
+             "header='X-Agent: NAME', user=USER (the body's OpenAI user field) or "
+             "address=IP[/PREFIX]; appended to that engine's [[engine.agent]] list; "
+             "repeatable, first match wins")
+
+
+def apply_agent_flags(raw: dict[str, Any], specs: Sequence[str]) -> None:
+    """`main=analyst,api_key_file=/etc/rig/analyst.key` adds an [[engine.agent]] to
+    the engine named main. A token itself is refused here: a command line is
+    readable by every user of the host (ps), a file need not be. A spec is never
+    echoed: it may hold one all the same."""
+    for spec in specs:
+        engine_and_name, sep, matcher = spec.partition(",")
+        engine, has_name, name = engine_and_name.partition("=")
+        key, has_value, value = matcher.partition("=")
+        if not (sep and has_name and has_value):
+            raise ConfigError("--engine.agent", HIDDEN, "expected ENGINE=NAME,MATCHER=VALUE, "
+                              "e.g. main=analyst,api_key_file=/etc/rig/analyst.key")
+        if key == "api_key":
+            raise ConfigError("--engine.agent", HIDDEN, "a token is not taken on the command "
+                              "line (any user can read it there): use api_key_file=PATH")
+        engines = raw.get("engine", [])
+        table = next((e for e in engines if isinstance(e, dict) and e.get("name") == engine),
+                     None)
+        if table is None:
+            raise ConfigError("--engine.agent", HIDDEN, f"no engine named {engine!r}")
+        agents = table.setdefault("agent", [])
+        if not isinstance(agents, list):
+            raise ConfigError(f"engine {engine!r} agent", HIDDEN,
+                              "must be an array of tables ([[engine.agent]])")
+        agents.append({"name": name, key: value})
 
 
 def parse_engine_flag(spec: str) -> dict[str, Any]:

@@ -6,6 +6,7 @@ whose message names the key and the bad value. The CLI prints it and exits 2.
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import re
 import tomllib
@@ -29,11 +30,52 @@ _PCI_ADDRESS = re.compile(r"^[0-9a-f]{4,8}:[0-9a-f]{2}:[01][0-9a-f]\.[0-7]$")
 
 
 class ConfigError(Exception):
-    """A config value that cannot be used; str() is the message for the user."""
+    """A config value that cannot be used; str() is the message for the user.
+    `value=HIDDEN` names the key and never shows its value (a secret)."""
 
     def __init__(self, key: str, value: object, reason: str) -> None:
-        super().__init__(f"config key {key} = {value!r}: {reason}")
+        shown = "" if value is HIDDEN else f" = {value!r}"
+        super().__init__(f"config key {key}{shown}: {reason}")
         self.key = key
+
+
+#: The value of a ConfigError that must not be shown: a bearer token, a header's value.
+HIDDEN = object()
+#: The `agent` label of a request that matches no [[engine.agent]] table.
+OTHER_AGENT = "other"
+#: An agent's matchers: exactly one per table (`api_key_file` is how `api_key` is read).
+AGENT_MATCHERS = ("api_key", "header", "user", "address")
+#: The longest OpenAI `user` field an agent is matched on (the tap's body scan keeps
+#: no more of it).
+AGENT_USER_MAX_CHARS = 256
+_HEADER_NAME = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")  # an RFC 9110 token
+
+
+@dataclass(frozen=True)
+class AgentConfig:
+    """One `[[engine.agent]]`: the name a request gets when it matches (docs/tap.md#agents).
+    Exactly one matcher is set; secrets are kept out of repr (a log line, a traceback)."""
+
+    name: str
+    #: The agent's bearer token (Authorization: Bearer, or x-api-key), compared in
+    #: constant time, never logged, exported or echoed.
+    api_key: str = field(default="", repr=False)
+    #: A header the agent sends: its name (matched case-insensitively) and value.
+    header_name: str = ""
+    header_value: str = field(default="", repr=False)
+    #: The request body's OpenAI `user` field.
+    user: str = ""
+    #: The client's address or network (the tap's peer, not X-Forwarded-For).
+    address: ipaddress.IPv4Network | ipaddress.IPv6Network | None = None
+
+    @property
+    def matcher(self) -> str:
+        """Which key names this agent (for a line that must not show its value)."""
+        if self.api_key:
+            return "api_key"
+        if self.header_name:
+            return "header"
+        return "user" if self.user else "address"
 
 
 @dataclass(frozen=True)
@@ -82,6 +124,9 @@ class EngineConfig:
     # Empty: no stream tap. Else HOST:PORT for the tap, the proxy agents use instead
     # of `url`; a bare port or ":PORT" means TAP_DEFAULT_HOST.
     tap_listen_address: str = ""
+    # The agents the tap names its requests after ([[engine.agent]]); none: every
+    # request is agent="other".
+    agents: tuple[AgentConfig, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -159,7 +204,7 @@ def load_config(raw: Mapping[str, Any]) -> Config:
         raise ConfigError("thresholds", thresholds_raw, str(exc)) from exc
     engines = raw.get("engine", [])
     if not isinstance(engines, list):
-        raise ConfigError("engine", engines, "must be an array of tables ([[engine]])")
+        raise ConfigError("engine", HIDDEN, "must be an array of tables ([[engine]])")
     parsed = tuple(_engine(i, e, thresholds.decode_stall_window_seconds)
                    for i, e in enumerate(engines))
     names = [e.name for e in parsed]
@@ -209,8 +254,10 @@ def _engine(index: int, t: object, stall_window_seconds: float) -> EngineConfig:
     sets its own (the threshold, already validated)."""
     key = f"engine[{index}]"
     if not isinstance(t, Mapping):
-        raise ConfigError(key, t, "must be a table")
-    _reject_unknown(key, t, set(EngineConfig.__dataclass_fields__))
+        raise ConfigError(key, HIDDEN, "must be a table")
+    # Unknown keys without their values: a misplaced agent's token may be one.
+    _reject_unknown(key, t, (set(EngineConfig.__dataclass_fields__) - {"agents"}) | {"agent"},
+                    hide=True)
     for required in ("name", "url"):
         if required not in t:
             raise ConfigError(f"{key}.{required}", None, "is required")
@@ -256,7 +303,89 @@ def _engine(index: int, t: object, stall_window_seconds: float) -> EngineConfig:
         metrics_dir=_metrics_dir(f"{key}.metrics_dir", t.get("metrics_dir", defaults.metrics_dir)),
         tap_listen_address=_tap_address(f"{key}.tap_listen_address",
                                         t.get("tap_listen_address", defaults.tap_listen_address)),
+        agents=_agents(f"{key}.agent", t.get("agent", [])),
     )
+
+
+def _agents(key: str, tables: object) -> tuple[AgentConfig, ...]:
+    if not isinstance(tables, list):
+        raise ConfigError(key, HIDDEN, "must be an array of tables ([[engine.agent]])")
+    agents = tuple(_agent(f"{key}[{i}]", t) for i, t in enumerate(tables))
+    names = [a.name for a in agents]
+    for name in names:
+        if names.count(name) > 1:
+            raise ConfigError(f"{key}.name", name, "agent names must be unique per engine")
+    return agents
+
+
+def _agent(key: str, t: object) -> AgentConfig:
+    """One [[engine.agent]] table. A bad one is told by its key alone: a value
+    may be a secret."""
+    if not isinstance(t, Mapping):
+        raise ConfigError(key, HIDDEN, "must be a table")
+    _reject_unknown(key, t, {"name", "api_key_file", *AGENT_MATCHERS}, hide=True)
+    if "name" not in t:
+        raise ConfigError(f"{key}.name", None, "is required")
+    name = _str(f"{key}.name", t["name"])
+    if not name or not all(c.isalnum() or c in "-_." for c in name):
+        raise ConfigError(f"{key}.name", name, "use letters, digits, '-', '_' or '.'")
+    if name == OTHER_AGENT:
+        raise ConfigError(f"{key}.name", name,
+                          f"{OTHER_AGENT!r} is the label of the requests no agent matches")
+    given = [m for m in (*AGENT_MATCHERS, "api_key_file") if m in t]
+    if len(given) != 1:
+        raise ConfigError(key, HIDDEN, "give exactly one of api_key (or api_key_file), "
+                          f"header, user, address; got {', '.join(given) or 'none'}")
+    matcher = given[0]
+    value = t[matcher]
+    if not isinstance(value, str) or not value.strip():
+        raise ConfigError(f"{key}.{matcher}", HIDDEN, "must be a non-empty string")
+    if matcher == "api_key_file":
+        return AgentConfig(name, api_key=_secret_file(f"{key}.api_key_file", value))
+    if matcher == "api_key":
+        return AgentConfig(name, api_key=_token(f"{key}.api_key", value))
+    if matcher == "header":
+        header, sep, header_value = value.partition(":")
+        header, header_value = header.strip(), header_value.strip()
+        if not sep or not _HEADER_NAME.match(header) or not header_value:
+            raise ConfigError(f"{key}.header", HIDDEN, 'expected "Name: value", e.g. '
+                              '"X-Agent: creative"')
+        if header.lower() in ("authorization", "x-api-key"):
+            raise ConfigError(f"{key}.header", HIDDEN,
+                              "a bearer token is matched with api_key or api_key_file")
+        return AgentConfig(name, header_name=header, header_value=header_value)
+    if matcher == "user":
+        if len(value) > AGENT_USER_MAX_CHARS or '"' in value or "\\" in value:
+            raise ConfigError(f"{key}.user", value, f"at most {AGENT_USER_MAX_CHARS} "
+                              "characters, without quotes or backslashes")
+        return AgentConfig(name, user=value)
+    try:
+        network = ipaddress.ip_network(value.strip(), strict=False)
+    except ValueError:
+        raise ConfigError(f"{key}.address", value,
+                          "expected an IP address or network, e.g. 172.20.0.0/16") from None
+    return AgentConfig(name, address=network)
+
+
+def _token(key: str, value: str) -> str:
+    token = value.strip()
+    if any(c.isspace() for c in token) or not token.isascii() or not token.isprintable():
+        raise ConfigError(key, HIDDEN, "a bearer token is one word of printable ASCII")
+    return token
+
+
+def _secret_file(key: str, path: str) -> str:
+    """The token in a file (its first line); the path may be shown, never the content."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            text = f.read(4096)
+    except (OSError, UnicodeDecodeError) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) else "not UTF-8 text"
+        raise ConfigError(key, path, f"cannot read it: {reason or exc}") from None
+    lines = text.strip().splitlines()
+    if not lines:
+        raise ConfigError(key, path, "the file is empty")
+    return _token(key, lines[0])
 
 
 def _metrics_dir(key: str, value: object) -> str:
@@ -337,11 +466,13 @@ def _table(raw: Mapping[str, Any], key: str) -> Mapping[str, Any]:
     return value
 
 
-def _reject_unknown(prefix: str, table: Mapping[str, Any], known: set[str]) -> None:
+def _reject_unknown(prefix: str, table: Mapping[str, Any], known: set[str],
+                    hide: bool = False) -> None:
     for key in table:
         if key not in known:
             where = f"{prefix}.{key}" if prefix else key
-            raise ConfigError(where, table[key], f"unknown key (known: {', '.join(sorted(known))})")
+            raise ConfigError(where, HIDDEN if hide else table[key],
+                              f"unknown key (known: {', '.join(sorted(known))})")
 
 
 def _str(key: str, value: object) -> str:

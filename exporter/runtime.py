@@ -61,7 +61,7 @@ def build_sources(config: Config,
     for engine_config in config.engines:
         # The engine and its probe are built from the whole [[engine]] table but the
         # tap's address: moving the tap restarts neither (nor the stall tracker).
-        table = replace(engine_config, tap_listen_address="")
+        table = replace(engine_config, tap_listen_address="", agents=())
         engine = add(("engine", table), EngineSource, engine_config)
         # The probe speaks SGLang's /generate stream; it starts after its engine
         # (start order is list order), whose session it shares.
@@ -71,7 +71,12 @@ def build_sources(config: Config,
             log.warning("engine %s: no stream probe for kind %s (SGLang only)",
                         engine_config.name, engine_config.kind)
         if engine_config.tap_listen_address:
-            add(tap_key(engine_config), TapSource, engine_config)
+            tap = add(tap_key(engine_config), TapSource, engine_config)
+            assert isinstance(tap, TapSource)
+            tap.state.set_agents(engine_config.agents)
+        elif engine_config.agents:
+            log.warning("engine %s: its [[engine.agent]] tables name nothing without a stream "
+                        "tap (tap_listen_address)", engine_config.name)
     return sources
 
 

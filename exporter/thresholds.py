@@ -89,6 +89,27 @@ class Thresholds:
     # below this a prompt that misses every tier is new, not a lost session.
     hicache_storage_l2_ratio: float = 0.9
 
+    # --- agents (the stream tap's [[engine.agent]]) ---------------------------
+    # One agent's request running 10 min while another waits 2 min for its first
+    # token: one held the engine while three waited 49 minutes (docs/tap.md#agents).
+    agent_hog_running_seconds: int = 600
+    agent_hog_waiting_seconds: int = 120
+    # A response past this many generated tokens (an unbounded request: a quarter of
+    # it) runs away; the owner saw one of more than 70,000 tokens.
+    agent_runaway_tokens: int = 16384
+    # The agent's last prompt against the engine's context length.
+    agent_context_ratio: float = 0.9
+    # The agents' last prompts, summed, over the KV pool (L1, + L2 with HiCache):
+    # returning sessions are evicted and prefilled again (48 s instead of 0.5 s).
+    agent_working_set_for_seconds: int = 600
+    # An agent counts in the working set while it sent a prompt this recently.
+    agent_working_set_active_seconds: int = 3600
+    # Most of an agent's prompt tokens uncached over the window, in this many
+    # requests or more and at least hicache_recompute_tokens uncached a request.
+    agent_recompute_uncached_ratio: float = 0.5
+    agent_recompute_window_seconds: int = 1800
+    agent_recompute_requests: int = 3
+
     # --- GPU ----------------------------------------------------------------
     gpu_busy_ratio: float = 0.8  # "under load"
     gpu_sclk_ratio: float = 0.8

@@ -12,8 +12,9 @@ import asyncio
 import html
 import logging
 import signal
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import replace
+from typing import Any
 
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST
@@ -96,7 +97,7 @@ async def landing_page(request: web.Request) -> web.Response:
 <tr><th>source</th><th>state</th><th>read in</th><th>error</th></tr>
 {rows}
 </table>
-{_streams_table(exporter.health.snapshot)}</body></html>
+{_streams_table(exporter.health.snapshot)}{_agents_table(report.agents)}</body></html>
 """
     return web.Response(text=page, content_type="text/html")
 
@@ -114,6 +115,27 @@ def _streams_table(snapshot: Snapshot) -> str:
 <table border="1" cellpadding="4">
 <tr><th>engine</th><th>streams in flight</th><th>worst token gap, last {windows} s</th></tr>
 {rows}
+</table>
+"""
+
+
+def _agents_table(agents: Sequence[dict[str, Any]]) -> str:
+    """Each agent's streams in flight: age, tokens, the gap open since its last token."""
+    rows = []
+    for a in agents:
+        flights = "<br>".join(
+            f"{f['age_seconds']:.0f} s old, "
+            + ("waiting for its first token" if f["waiting"] else
+               f"{f['tokens']:,} tokens, {f['open_gap_seconds'] or 0:.2f} s since the last")
+            + ("" if f["bounded"] else ", no max_tokens") for f in a["in_flight"]) or "none"
+        rows.append(f"<tr><td>{html.escape(a['engine'])}</td><td>{html.escape(a['agent'])}</td>"
+                    f"<td>{flights}</td></tr>")
+    if not rows:
+        return ""
+    return f"""<h2>Agents</h2>
+<table border="1" cellpadding="4">
+<tr><th>engine</th><th>agent</th><th>streams in flight</th></tr>
+{chr(10).join(rows)}
 </table>
 """
 

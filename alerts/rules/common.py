@@ -28,9 +28,9 @@ ENGINE_SOURCE_UP = (
 )
 
 # What an alert's value is, where a time-scaled copy of the rules must bring it
-# back to the rig's time (alerts/timescale.py): the length of a decode stall, or
-# a counter's rate per second.
-STALL_LENGTH, PER_SECOND = "stall length", "per second"
+# back to the rig's time (alerts/timescale.py): the length of a decode stall, a
+# counter's rate per second, or the age of a request.
+STALL_LENGTH, PER_SECOND, AGE = "stall length", "per second", "age"
 
 # Recorded series shared by the alerts below and the dashboards.
 PROMPT_RATE = "engine:rig_engine_prompt_tokens:rate5m"
@@ -89,8 +89,8 @@ class Alert:
     look_first: str
     # Tells apart two rules of one alert (promtool rejects duplicate label sets).
     signal: str = ""
-    # STALL_LENGTH, PER_SECOND, or "" for a value time does not compress (a count,
-    # a ratio, a temperature).
+    # STALL_LENGTH, PER_SECOND, AGE, or "" for a value time does not compress (a
+    # count, a ratio, a temperature).
     value_kind: str = ""
 
     def rule(self) -> dict[str, Any]:

@@ -3,6 +3,7 @@ speculative decoding's acceptance."""
 
 from __future__ import annotations
 
+from alerts.rules.agents import starvation_names
 from alerts.rules.common import (
     COUNT,
     ENGINE,
@@ -63,7 +64,7 @@ and rig_probe_max_token_gap_seconds >= {stall}
             f"Running requests got no decoded token for {stall}s or more{held}.",
             ENGINE_SUBJECT + " went up to {{ $value | humanizeDuration }} without decoding a"
             f" token (longest stall in the last {longest}, alert at {stall}s;"
-            " stream tap, stall tracker or stream probe).",
+            " stream tap, stall tracker or stream probe)." + starvation_names(t),
             "Is a long prompt prefilling? rig_engine_queued_requests and the engine log's"
             " prefill lines.",
             value_kind=STALL_LENGTH,

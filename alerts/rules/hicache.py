@@ -30,6 +30,10 @@ def hicache_alerts(t: Thresholds) -> list[Alert]:
     l2_hits = f'sum without (tier) (rate(rig_engine_cache_hit_tokens_total{{tier="L2"}}[{w}]))'
     written = f"increase(rig_engine_hicache_storage_written_tokens_total[{storage}])"
     prefetched = f"increase(rig_engine_hicache_storage_prefetched_tokens_total[{storage}])"
+    # SGLang creates the counter on its first prefetch: one born within the window has
+    # prefetched its value, which increase() misses (one sample, or two alike).
+    counter = "rig_engine_hicache_storage_prefetched_tokens_total"
+    born = f"({counter} unless {counter} offset {storage})"
     return [
         Alert(
             "RigHiCacheThrash",
@@ -100,7 +104,7 @@ rate(rig_engine_hicache_evicted_tokens_total[{w}]) > 0
             f"""
 {written} > 0
 and on({ENGINE})
-({prefetched} or {written} * 0) == 0
+({born} or {prefetched} or {written} * 0) == 0
 and on({ENGINE})
 {missing_hits(storage)} >= {long_prompt}
 and on({ENGINE})

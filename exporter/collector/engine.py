@@ -62,11 +62,17 @@ def _(reading: EngineReading) -> Iterator[Metric]:
     ids = engine_label_values(reading)
     if reading.info is not None:
         info = reading.info
-        names = list(info.__dataclass_fields__)
+        names = list(info.labels())
         family = gauge("engine_info", "The engine's version, model and scheduling flags; "
                        "the value is always 1.", [*ENGINE_LABELS, *names])
         family.add_metric([*ids, *(getattr(info, n) for n in names)], 1.0)
         yield family
+        if info.context_length_tokens is not None:
+            length = gauge("engine_context_length_tokens",
+                           "The engine's context length: the most tokens, prompt and answer, "
+                           "one request may have.", ENGINE_LABELS)
+            length.add_metric(ids, info.context_length_tokens)
+            yield length
     rules = TABLES[reading.kind].rules
     metrics = reading.metrics
     for rule in rules:

@@ -3,10 +3,18 @@
 SGLang answers `/server_info` (0.5.23 deprecates the older `/get_server_info`) with
 every server flag plus `version` (docs/facts/sglang.md#versions-and-server-info). vLLM has no such
 endpoint; `/version` and `/v1/models` give its version and model.
+
+The context length (rig_engine_context_length_tokens, not a label of rig_engine_info):
+no `/server_info` of SGLang 0.5.10 or 0.5.23 has a `context_len` field. It has
+`context_length`, the `--context-length` flag (null when not given), and
+`max_req_input_len`, which is also bounded by the KV pool. The model's own, SGLang's
+`model_config.context_len`, is `max_model_len` of `/v1/models` (http_server.py
+`available_models`), as in vLLM: asked only where the flag was not given.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from dataclasses import dataclass
 from typing import Any
@@ -32,6 +40,13 @@ class EngineInfo:
     #: The speculative algorithm (EAGLE, NEXTN, ...), "" when off.
     speculative: str = ""
     decode_log_interval: str = ""
+    #: Not a label: rig_engine_context_length_tokens. None where the engine does not say.
+    context_length_tokens: int | None = None
+
+    @classmethod
+    def labels(cls) -> tuple[str, ...]:
+        """The fields that are rig_engine_info's labels."""
+        return tuple(n for n in cls.__dataclass_fields__ if n != "context_length_tokens")
 
 
 async def fetch_info(session: aiohttp.ClientSession, base_url: str, kind: str) -> EngineInfo:
@@ -40,14 +55,34 @@ async def fetch_info(session: aiohttp.ClientSession, base_url: str, kind: str) -
         models = await _json(session, base_url + "/v1/models")
         data = models.get("data") or [{}]
         return EngineInfo(version=str(version.get("version", "")),
-                          model=str(data[0].get("id", "")))
+                          model=str(data[0].get("id", "")),
+                          context_length_tokens=_model_len(models))
     errors = []
     for path in SGLANG_INFO_PATHS:
         try:
-            return sglang_info(await _json(session, base_url + path))
+            info = sglang_info(await _json(session, base_url + path))
         except SourceError as exc:
             errors.append(str(exc))
+            continue
+        if info.context_length_tokens is None:
+            try:
+                models = await _json(session, base_url + "/v1/models")
+            except SourceError:
+                return info  # the info stands; the length stays unknown (absent)
+            info = dataclasses.replace(info, context_length_tokens=_model_len(models))
+        return info
     raise SourceError("; ".join(errors))
+
+
+def _model_len(models: dict[str, Any]) -> int | None:
+    """`max_model_len` of the first model of /v1/models (the served model comes first)."""
+    data = models.get("data")
+    first = data[0] if isinstance(data, list) and data else None
+    return _tokens(first.get("max_model_len")) if isinstance(first, dict) else None
+
+
+def _tokens(value: object) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
 
 
 def sglang_info(server: dict[str, Any]) -> EngineInfo:
@@ -64,6 +99,7 @@ def sglang_info(server: dict[str, Any]) -> EngineInfo:
         schedule_policy=_text(server.get("schedule_policy")),
         speculative=_text(server.get("speculative_algorithm")),
         decode_log_interval=_text(server.get("decode_log_interval")),
+        context_length_tokens=_tokens(server.get("context_length")),
     )
 
 

@@ -26,6 +26,7 @@ import time
 from collections.abc import Callable, Hashable
 
 from exporter.config import EngineConfig
+from exporter.health.agents import agent_signals, agents_section
 from exporter.health.engine import engine_signals
 from exporter.health.gpu import gpu_signals
 from exporter.health.hicache import hicache_signals
@@ -44,7 +45,8 @@ from exporter.health.view import Context, RigView, history_values, seconds
 from exporter.snapshot import Snapshot
 from exporter.thresholds import Thresholds
 
-SIGNALS = (engine_signals, hicache_signals, gpu_signals, host_signals, source_signals)
+SIGNALS = (engine_signals, hicache_signals, gpu_signals, host_signals, source_signals,
+           agent_signals)
 
 
 class HealthMonitor:
@@ -80,7 +82,7 @@ class HealthMonitor:
         context = Context(view, self.history, self.thresholds, now, self.engines)
         signals = [s for judge in SIGNALS for s in judge(context)]
         self.report = Report(self._checks(signals, now), self.wall_clock(),
-                             self.history.watched(now))
+                             self.history.watched(now), tuple(agents_section(view)))
         return self.report
 
     def _checks(self, signals: list[Signal], now: float) -> tuple[Check, ...]:

@@ -105,6 +105,9 @@ class Report:
     checks: tuple[Check, ...]
     time: float  # Unix seconds of the snapshot judged
     watched_seconds: float  # how much history the windows had
+    #: Per tapped engine and agent: its requests in flight, context and stalls
+    #: (exporter/health/agents.py), JSON already.
+    agents: tuple[dict[str, Any], ...] = ()
 
     @property
     def status(self) -> Status:
@@ -122,6 +125,7 @@ class Report:
             "time": self.time,
             "watched_seconds": self.watched_seconds,
             "checks": [c.to_json() for c in self.checks],
+            "agents": list(self.agents),
         }
 
 

@@ -136,7 +136,34 @@ def health_report(url: str, body: Any) -> dict[str, Any]:
             _field(url, check, key, where, lambda v: v is None or _finite(v),
                    "a finite number or null")
         _field(url, check, "labels", where, _string_map, "an object of strings")
+    _agents(url, report)
     return report
+
+
+def _agents(url: str, report: dict[str, Any]) -> None:
+    """The optional "agents" section, in the parts rigctl prints (an older exporter
+    has none)."""
+    if "agents" not in report:
+        return
+    agents = _field(url, report, "agents", "the report", _is(list), "a list")
+    for i, agent in enumerate(agents):
+        where = f"agents[{i}]"
+        _object(url, agent, where)
+        for key in ("engine", "agent"):
+            _field(url, agent, key, where, _is(str), "a string")
+        for key in ("streams", "requests"):
+            _field(url, agent, key, where, lambda v: _finite(v) and v >= 0, "a count")
+        for key in ("longest_request_seconds", "max_gap_seconds"):
+            _field(url, agent, key, where, _finite, "a finite number")
+        for key in ("last_prompt_tokens", "context_ratio"):
+            _field(url, agent, key, where, lambda v: v is None or _finite(v),
+                   "a finite number or null")
+        _field(url, agent, "starved_seconds", where, lambda v: isinstance(v, dict) and all(
+            isinstance(k, str) and _finite(s) for k, s in v.items()), "an object of numbers")
+        flights = _field(url, agent, "in_flight", where, _is(list), "a list")
+        for j, flight in enumerate(flights):
+            _field(url, _object(url, flight, f"{where}.in_flight[{j}]"), "waiting",
+                   f"{where}.in_flight[{j}]", _is(bool), "true or false")
 
 
 def items(url: str, body: Any, *path: str) -> list[dict[str, Any]]:

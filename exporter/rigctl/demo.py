@@ -41,9 +41,10 @@ from exporter.sim.rig.simrig import SimRig
 from exporter.sim.scenarios import SCENARIOS, Expect, Scenario
 from exporter.sim.scenarios.player import play
 
-# The healthy rig, then the four failures the project exists to show.
-TOUR = ("healthy", "prefill-starves-decode", "thermal-downclock", "hicache-thrash",
-        "swap-storm")
+# The healthy rig, then the failures the project exists to show: the agents' own
+# (who starved whom, who holds the engine) among them.
+TOUR = ("healthy", "prefill-starves-decode", "four-agents-hog", "thermal-downclock",
+        "hicache-thrash", "swap-storm")
 DEFAULT_SPEED = 10.0
 # Stall lengths compress at most 2-fold, as in the end-to-end tests: a busy
 # machine's scheduling hiccups must stay below the compressed 10 s threshold.

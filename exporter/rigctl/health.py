@@ -225,6 +225,36 @@ def subject(labels: dict[str, str]) -> str:
     return next((labels[k] for k in SUBJECT_LABELS if labels.get(k)), "rig")
 
 
+def agent_rows(agents: list[dict[str, Any]]) -> list[tuple[str, ...]]:
+    """One row per agent that has sent anything: in flight, context, stalls, blame."""
+    rows = []
+    for a in agents:
+        if not a["requests"] and not a["streams"] and not a["in_flight"]:
+            continue
+        waiting = sum(1 for f in a["in_flight"] if f["waiting"])
+        context = "-" if a["context_ratio"] is None else f"{a['context_ratio'] * 100:.0f}%"
+        prompt = "-" if a["last_prompt_tokens"] is None else f"{a['last_prompt_tokens']:,}"
+        blamed = ", ".join(f"{by} {quantity(s, 's')}" for by, s in sorted(
+            a["starved_seconds"].items(), key=lambda item: -item[1])) or "-"
+        rows.append((a["agent"], a["engine"], f"{len(a['in_flight'])} ({waiting} waiting)",
+                     quantity(a["longest_request_seconds"], "s"), prompt, context,
+                     quantity(a["max_gap_seconds"], "s"), blamed))
+    return rows
+
+
+def print_agents(agents: list[dict[str, Any]], out: TextIO) -> None:
+    rows = agent_rows(agents)
+    if not rows:
+        return
+    header = ("AGENT", "ON", "IN FLIGHT", "OLDEST", "LAST PROMPT", "CONTEXT", "MAX GAP",
+              "STARVED BY")
+    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header) - 1)]
+    print("\nagents (stream tap)", file=out)
+    for row in [header, *rows]:
+        print("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=False)) + "  " + row[-1],
+              file=out)
+
+
 def print_report(report: dict[str, Any], problems: list[str], out: TextIO,
                  colour: bool) -> None:
     checks = report["checks"]
@@ -247,6 +277,7 @@ def print_report(report: dict[str, Any], problems: list[str], out: TextIO,
                                                      zip(row[1:5], widths[1:], strict=True))]
         cells[0] = coloured(cells[0], row[0], colour)
         print("  ".join(cells) + "  " + row[5], file=out)
+    print_agents(report.get("agents") or [], out)
     alerts = report.get("alerts")
     if alerts is not None:
         print(f"\nPrometheus: {len(alerts)} Rig* alert(s) firing", file=out)

@@ -5,12 +5,14 @@ sysfs tree with two RX 7900 XTX cards (and the CPU's k10temp) and a proc tree,
 and serves a control endpoint on loopback. Once ready it prints one line for a
 person and one JSON object on a line of its own for a program:
 
-    {"engine_url": "http://127.0.0.1:PORT", "sysfs_root": "...", "proc_root": "...",
+    {"engine_url": "http://127.0.0.1:PORT", "tap_url": "http://127.0.0.1:PORT",
+     "sysfs_root": "...", "proc_root": "...",
      "exporter_args": ["--engine", "main=...", ...], "control_url": "http://127.0.0.1:PORT",
      "time_scale": 1.0, "stall_scale": 1.0, "scenario": "healthy"}
 
-Run an exporter on it with `rig-exporter <exporter_args>`. With --scenario it
-then plays that scenario, printing each step as `[  60.0 s] fault: ...`, and
+Run an exporter on it with `rig-exporter <exporter_args>`: they put the stream tap
+on `tap_url` and name the rig's agents (exporter/sim/agents.py), which talk to it.
+With --scenario it then plays that scenario, printing each step as `[  60.0 s] fault: ...`, and
 holds the last state until stopped (or exits with --exit-at-end). Ctrl-C or
 SIGTERM stops it and removes every file it wrote.
 """

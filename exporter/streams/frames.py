@@ -80,6 +80,8 @@ class Frame:
     #: None where only a growing `completion_tokens` tells (native).
     content: bool | None = None
     cached_tokens: int | None = None
+    #: The prompt, as the engine counted it (cached tokens included), where it says.
+    prompt_tokens: int | None = None
     recognised: bool = True
 
 
@@ -180,7 +182,8 @@ def _tail_meta_info(payload: bytes) -> dict | None:
 
 def _native(meta: dict) -> Frame:
     return Frame(completion_tokens=_count(meta.get("completion_tokens")),
-                 cached_tokens=_count(meta.get("cached_tokens")))
+                 cached_tokens=_count(meta.get("cached_tokens")),
+                 prompt_tokens=_count(meta.get("prompt_tokens")))
 
 
 def _openai(body: dict) -> Frame:
@@ -191,7 +194,7 @@ def _openai(body: dict) -> Frame:
     details = usage.get("prompt_tokens_details")
     cached = _count(details.get("cached_tokens")) if isinstance(details, dict) else None
     return Frame(content=content, completion_tokens=_count(usage.get("completion_tokens")),
-                 cached_tokens=cached)
+                 cached_tokens=cached, prompt_tokens=_count(usage.get("prompt_tokens")))
 
 
 def _anthropic(kind: str, body: dict) -> Frame:
@@ -207,8 +210,12 @@ def _anthropic(kind: str, body: dict) -> Frame:
         message = body.get("message")
         usage = message.get("usage") if isinstance(message, dict) else None
         if isinstance(usage, dict):
-            return Frame(content=False,
-                         cached_tokens=_count(usage.get("cache_read_input_tokens")))
+            # Anthropic's input_tokens leave out the cache reads (SGLang's
+            # anthropic/serving.py: prompt_tokens - cached_tokens).
+            cached = _count(usage.get("cache_read_input_tokens"))
+            uncached = _count(usage.get("input_tokens"))
+            prompt = None if uncached is None else uncached + (cached or 0)
+            return Frame(content=False, cached_tokens=cached, prompt_tokens=prompt)
     elif kind == "message_stop":
         return Frame(done=True, content=False)
     return _NO_CONTENT
@@ -232,7 +239,7 @@ def _responses(kind: str, body: dict) -> Frame:
     details = usage.get("input_tokens_details")
     cached = _count(details.get("cached_tokens")) if isinstance(details, dict) else None
     return Frame(done=True, content=False, completion_tokens=_count(usage.get("output_tokens")),
-                 cached_tokens=cached)
+                 cached_tokens=cached, prompt_tokens=_count(usage.get("input_tokens")))
 
 
 def _has_text(choice: object) -> bool:

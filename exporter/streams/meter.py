@@ -15,6 +15,7 @@ class StreamMeter:
         self.done = False  # `data: [DONE]` seen
         self.error: str | None = None  # the first error frame's message
         self.cached_tokens: int | None = None
+        self.prompt_tokens: int | None = None
         self.unrecognised = 0
         self.first_unrecognised = b""  # its head, for a reason to log
 
@@ -39,6 +40,8 @@ class StreamMeter:
             self.error = frame.error
         if frame.cached_tokens is not None:
             self.cached_tokens = frame.cached_tokens
+        if frame.prompt_tokens is not None:
+            self.prompt_tokens = frame.prompt_tokens
         timer = self.timer
         counted = frame.completion_tokens
         carries = frame.content if frame.content is not None else (

@@ -24,7 +24,7 @@ from yarl import URL
 
 from exporter.log_limits import Conditions
 from exporter.tap.asks import StreamAsk
-from exporter.tap.state import LiveStream, TapState
+from exporter.tap.state import Flight, LiveStream, TapState
 
 log = logging.getLogger(__name__)
 
@@ -97,9 +97,22 @@ class TapProxy:
                        session: aiohttp.ClientSession) -> web.StreamResponse:
         # encoded=True: the path and query go on exactly as the client wrote them.
         url = URL(self.upstream_url + request.rel_url.raw_path_qs, encoded=True)
-        ask = StreamAsk.of(request.method, request.path)
-        body = _body(request, ask) if request.body_exists else None
+        ask = StreamAsk.of(request.method, request.path, self.state.book.wants_user)
         sent_at = self.state.clock()
+        flight = (None if ask is None else
+                  self.state.begin(sent_at, ask, request.headers, request.remote))
+        try:
+            return await self._request(request, session, url, ask, flight, sent_at)
+        finally:
+            if flight is not None:
+                self.state.end(flight)
+
+    async def _request(self, request: web.Request, session: aiohttp.ClientSession, url: URL,
+                       ask: StreamAsk | None, flight: Flight | None,
+                       sent_at: float) -> web.StreamResponse:
+        if flight is not None and not request.body_exists:
+            self.state.named(flight)
+        body = _body(request, ask, flight, self.state) if request.body_exists else None
         try:
             upstream = await session.request(
                 request.method, url, headers=forwarded_headers(request.headers), data=body,
@@ -107,7 +120,7 @@ class TapProxy:
                                                           "Content-Type"))
         except asyncio.CancelledError:
             if ask is not None and ask.streaming:
-                self.state.count("client_closed")  # it left before the headers came
+                self.state.count("client_closed", flight)  # it left before the headers came
             raise
         except (aiohttp.ClientError, OSError, TimeoutError) as exc:
             reason = " ".join(f"{type(exc).__name__}: {exc}".split())
@@ -120,12 +133,12 @@ class TapProxy:
                     async for chunk in request.content.iter_chunked(READ_CHUNK_BYTES):
                         ask.feed(chunk)
                 if ask.streaming:
-                    self.state.count("error")
+                    self.state.count("error", flight)
             return web.Response(status=502, text=f"tap: upstream {self.upstream_url} "
                                                  f"failed: {reason}\n")
         self._conditions.ok(f"tap upstream {self.upstream_url}")
         async with upstream:
-            return await self._relay(request, upstream, sent_at, ask)
+            return await self._relay(request, upstream, sent_at, ask, flight)
 
     def _counted_as(self, upstream: aiohttp.ClientResponse,
                     ask: StreamAsk | None) -> str | None:
@@ -149,11 +162,13 @@ class TapProxy:
         return None
 
     async def _relay(self, request: web.Request, upstream: aiohttp.ClientResponse,
-                     sent_at: float, ask: StreamAsk | None) -> web.StreamResponse:
+                     sent_at: float, ask: StreamAsk | None,
+                     flight: Flight | None) -> web.StreamResponse:
         response = web.StreamResponse(status=upstream.status, reason=upstream.reason,
                                       headers=forwarded_headers(upstream.headers))
         counted = self._counted_as(upstream, ask)
-        stream: LiveStream | None = self.state.open(sent_at) if counted == "ok" else None
+        stream: LiveStream | None = (self.state.open(sent_at, flight) if counted == "ok"
+                                     else None)
         outcome = "error"
         try:
             await response.prepare(request)
@@ -182,12 +197,15 @@ class TapProxy:
             if stream is not None:
                 self.state.close(stream, outcome)
             elif counted is not None:
-                self.state.count(outcome)
+                self.state.count(outcome, flight)
         return response
 
 
-async def _body(request: web.Request, ask: StreamAsk | None) -> AsyncIterator[bytes]:
+async def _body(request: web.Request, ask: StreamAsk | None, flight: Flight | None,
+                state: TapState) -> AsyncIterator[bytes]:
     async for chunk in request.content.iter_chunked(READ_CHUNK_BYTES):
         if ask is not None:
             ask.feed(chunk)
         yield chunk
+    if flight is not None:
+        state.named(flight)  # the whole body is the engine's: its prefill can start

@@ -28,7 +28,8 @@ DRAIN_SECONDS = 600.0
 
 
 def tap_key(config: EngineConfig) -> tuple[object, ...]:
-    """What a tap is built from: a reload keeps a tap whose key is unchanged."""
+    """What a tap is built from: a reload keeps a tap whose key is unchanged. Its
+    agents are not in it: a kept tap takes the new ones (`TapState.set_agents`)."""
     return ("tap", config.name, config.url, config.kind, config.stall_window_seconds,
             config.tap_listen_address)
 
@@ -38,7 +39,7 @@ class TapSource:
         self.config = config
         self.name = f"tap/{config.name}"
         self.state = state or TapState(window_seconds=config.stall_window_seconds,
-                                       name=config.name)
+                                       name=config.name, agents=config.agents)
         self.proxy = TapProxy(config.url, self.state)
         self._runner: web.AppRunner | None = None
         self._site: web.TCPSite | None = None

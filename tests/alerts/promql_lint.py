@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 TARGET = {"job", "instance"}  # added by Prometheus to every series
 ENGINE = {"engine", "kind"}
 CARD = {"card"}
+AGENT = ENGINE | {"agent"}
 
 GAUGES: dict[str, set[str]] = {
     "rig_source_up": {"source"},
@@ -51,6 +52,14 @@ GAUGES: dict[str, set[str]] = {
     "rig_probe_decode_tokens_per_second": ENGINE,
     "rig_stream_max_token_gap_seconds": ENGINE,
     "rig_stream_active": ENGINE,
+    "rig_engine_context_length_tokens": ENGINE,
+    "rig_agent_streams_active": AGENT,
+    "rig_agent_last_prompt_tokens": AGENT,
+    "rig_agent_max_token_gap_seconds": AGENT,
+    "rig_agent_longest_request_seconds": AGENT,
+    "rig_agent_longest_first_token_wait_seconds": AGENT,
+    "rig_agent_response_tokens_max": AGENT,
+    "rig_agent_unbounded_response_tokens_max": AGENT,
     "rig_gpu_present": CARD | {"pci_bus", "unique_id"},
     "rig_gpu_info": CARD | {"pci_bus", "device_id", "kind"},
     "rig_gpu_expected_cards": set(),
@@ -90,6 +99,12 @@ COUNTERS: dict[str, set[str]] = {
     "rig_stream_requests_total": ENGINE | {"outcome"},
     "rig_stream_generated_tokens_total": ENGINE,
     "rig_stream_frames_total": ENGINE,
+    "rig_agent_requests_total": AGENT | {"outcome"},
+    "rig_agent_prompt_tokens_total": AGENT,
+    "rig_agent_cached_prompt_tokens_total": AGENT,
+    "rig_agent_generated_tokens_total": AGENT,
+    "rig_agent_unbounded_requests_total": AGENT,
+    "rig_agent_starved_seconds_total": AGENT | {"by"},
     "rig_gpu_energy_joules_total": CARD,
     "rig_host_swap_in_bytes_total": set(),
     "rig_host_swap_out_bytes_total": set(),
@@ -101,6 +116,7 @@ HISTOGRAMS: dict[str, set[str]] = {
     "rig_probe_token_gap_seconds": ENGINE,
     "rig_stream_ttft_seconds": ENGINE,
     "rig_stream_token_gap_seconds": ENGINE,
+    "rig_agent_ttft_seconds": AGENT,
 }
 # Recording-rule levels (alerts/rules/common.py docstring) -> labels kept.
 LEVELS: dict[str, set[str]] = {

@@ -20,6 +20,11 @@ RUNBOOK = Path(__file__).resolve().parents[2] / "alerts" / "RUNBOOK.md"
 TEMPLATE_LABEL = re.compile(r"\$labels\.([A-Za-z_][A-Za-z0-9_]*)")
 # The alert list of docs/alerts.md.
 DESIGN_ALERTS = {
+    "RigAgentHoggingEngine",
+    "RigAgentRunawayOutput",
+    "RigAgentContextNearLimit",
+    "RigAgentsWorkingSetOverPool",
+    "RigAgentRecomputing",
     "RigDecodeStarvation",
     "RigDecodeStuttering",
     "RigEngineDown",

@@ -9,10 +9,13 @@ problem, each naming the dashboard and the panel.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections.abc import Iterator
 from typing import Any
 
+from alerts.rules.common import dur
+from exporter.thresholds import Thresholds
 from tests.dashboards.queries import panels, variables
 
 DATASOURCE = {"type": "prometheus", "uid": "${datasource}"}
@@ -44,6 +47,15 @@ _NOT_SERIES = {
     "stdvar", "topk", "bottomk", "quantile", "count_values",
 }
 _RANGE_FUNCTIONS = re.compile(r"\b(rate|irate|increase)\s*\(")
+# Grafana's own ranges: a rate's, a graph point's interval, the whole time range
+# (an instant tile's), and subqueries over the last two.
+GRAFANA_RANGES = {"$__rate_interval", "$__interval", "$__interval:", "$__range", "$__range:"}
+# A rule's expression on a tile keeps the rule's windows and holds, which come from
+# the threshold table (dashboards/rules.py); no other fixed range is allowed.
+RULE_RANGES = {dur(getattr(Thresholds(), f.name)) for f in dataclasses.fields(Thresholds)
+               if f.name.endswith("_seconds") and f.type == "int"}
+# Grafana's custom units: a suffix after the value ("suffix: tok/s").
+_CUSTOM_UNIT = re.compile(r"suffix: \S.*")
 
 
 def _mask(text: str, pattern: str) -> str:
@@ -75,14 +87,16 @@ def _arguments(expr: str, open_paren: int) -> str:
 def lint_expr(expr: str, defined: set[str]) -> list[str]:
     problems = []
     for match in _RANGE_FUNCTIONS.finditer(expr):
-        argument = _arguments(expr, match.end() - 1)
-        if not argument.rstrip().endswith("[$__rate_interval]"):
+        argument = _arguments(expr, match.end() - 1).rstrip()
+        window = re.search(r"\[([^\]]*)\]$", argument)
+        # $__range: an instant tile's count over the whole time range.
+        if not window or window.group(1) not in {"$__rate_interval", "$__range"} | RULE_RANGES:
             problems.append(f"{match.group(1)}() without [$__rate_interval]: {argument}")
-    ranges = set(re.findall(r"\[([^\]]*)\]", expr))
-    if ranges - {"$__rate_interval"}:
-        problems.append(f"a fixed range {sorted(ranges - {'$__rate_interval'})}")
+    ranges = set(re.findall(r"\[([^\]]*)\]", expr)) - GRAFANA_RANGES - RULE_RANGES
+    if ranges:
+        problems.append(f"a fixed range {sorted(ranges)}")
     for name in re.findall(r"\$\{?(\w+)", expr):
-        if name != "__rate_interval" and name not in defined:
+        if name not in {"__rate_interval", "__interval", "__range"} and name not in defined:
             problems.append(f"${name} is not a variable of this dashboard")
     for metric, matchers in _selectors(expr):
         wanted = dict(TARGET_VARIABLES)
@@ -159,7 +173,7 @@ def lint(dashboard: dict[str, Any]) -> list[str]:
             problems.append(f"{where}: no description")
         if panel["type"] in PANELS_WITH_UNITS:
             unit = panel.get("fieldConfig", {}).get("defaults", {}).get("unit")
-            if unit not in VALID_UNITS:
+            if unit not in VALID_UNITS and not _CUSTOM_UNIT.fullmatch(unit or ""):
                 problems.append(f"{where}: unit {unit!r} is not a Grafana unit id")
         if not panel.get("targets"):
             problems.append(f"{where}: no queries")

@@ -47,11 +47,16 @@ def variables(dashboard: dict[str, Any]) -> dict[str, dict[str, Any]]:
 _VARIABLE = re.compile(r"\$(\w+)|\$\{(\w+)\}")
 
 
-def substitute(expr: str, rate_interval: str) -> str:
-    """What Grafana sends with every variable on All (`.+`) and the given rate interval."""
+def substitute(expr: str, rate_interval: str, interval: str | None = None,
+               time_range: str = "1h", **values: str) -> str:
+    """What Grafana sends with every variable on All (`.+`) but those in `values`, and
+    the given rate interval, interval (the rate interval unless given) and time range."""
+    builtins = {"__rate_interval": rate_interval, "__interval": interval or rate_interval,
+                "__range": time_range}
+
     def value(match: re.Match[str]) -> str:
         name = match.group(1) or match.group(2)
-        return rate_interval if name == "__rate_interval" else ".+"
+        return builtins.get(name) or values.get(name, ".+")
     return _VARIABLE.sub(value, expr)
 
 

@@ -21,13 +21,18 @@ DRAWN = {
     "gpu_hot_margin_celsius", "gpu_power_cap_ratio",
     "gpu_pcie_min_width_lanes", "host_swap_io_bytes_per_second",
     "host_swap_growth_bytes_per_second", "host_memory_available_ratio",
-    "host_memory_full_stall_ratio", "cpu_temperature_celsius",
+    "host_memory_full_stall_ratio", "cpu_temperature_celsius", "spec_accept_length",
+    # Through the rules' own expressions on the overview's tiles (dashboards/rules.py).
+    "hicache_recompute_tokens", "hicache_storage_l2_ratio", "hicache_storage_window_seconds",
+    "agent_hog_running_seconds", "agent_hog_waiting_seconds", "agent_runaway_tokens",
+    "agent_context_ratio", "agent_recompute_uncached_ratio",
 }
 
 
 def test_one_dashboard_per_design_section() -> None:
     assert [s.name for s in sources()] == [
-        f"{name}.dashboard.py" for name in ("decode", "gpus", "hicache", "host", "overview")
+        f"{name}.dashboard.py"
+        for name in ("agents", "decode", "gpus", "hicache", "host", "overview")
     ]
 
 
@@ -58,9 +63,15 @@ def test_every_drawn_threshold_changes_the_json(name: str) -> None:
 
 
 def _steps(path: Path, title: str) -> list[float]:
+    """The panel's threshold steps: its own, or those of the query (A) they judge."""
     dashboard = json.loads(path.read_text())
     panel = next(p for p in panels(dashboard) if p["title"] == title)
-    return [s["value"] for s in panel["fieldConfig"]["defaults"]["thresholds"]["steps"]]
+    config = panel["fieldConfig"]
+    judged = [prop["value"] for o in config["overrides"]
+              if o["matcher"] == {"id": "byFrameRefID", "options": "A"}
+              for prop in o["properties"] if prop["id"] == "thresholds"]
+    thresholds = judged[0] if judged else config["defaults"]["thresholds"]
+    return [s["value"] for s in thresholds["steps"]]
 
 
 def test_config_thresholds_reach_the_dashboards(tmp_path: Path) -> None:
@@ -71,7 +82,8 @@ def test_config_thresholds_reach_the_dashboards(tmp_path: Path) -> None:
     assert _steps(out / "hicache.json", "KV pool usage") == [None, 0.9]
     assert _steps(out / "overview.json", "KV pool") == [None, 0.9]
     assert _steps(out / "host.json", "CPU temperature") == [None, 85.0]
-    assert _steps(json_path(sources()[2]), "KV pool usage") == [None, 0.95]
+    hicache = next(s for s in sources() if s.name == "hicache.dashboard.py")
+    assert _steps(json_path(hicache), "KV pool usage") == [None, 0.95]
 
 
 def test_a_bad_config_is_a_clear_error(tmp_path: Path,
@@ -81,3 +93,27 @@ def test_a_bad_config_is_a_clear_error(tmp_path: Path,
     assert main(["--config", str(config), "--out", str(tmp_path / "out")]) == 2
     assert "kv_usage_ratio" in capsys.readouterr().err
     assert not (tmp_path / "out").exists()
+
+
+def _nulls(value: object, key: str = "") -> list[str]:
+    if isinstance(value, dict):
+        return [f"{key}.{k}" for k, v in value.items() if v is None
+                and not (k == "value" and key.endswith("steps"))] + [
+            n for k, v in value.items() for n in _nulls(v, f"{key}.{k}")]
+    if isinstance(value, list):
+        return [n for v in value for n in _nulls(v, f"{key}.steps" if key.endswith(
+            "steps") else key)]
+    return []
+
+
+@pytest.mark.parametrize("source", sources(), ids=lambda s: s.name)
+def test_no_nulls_no_dead_targets_no_legacy_heatmap(source: Path) -> None:
+    """Only a threshold's base step is null; targets carry no pre-7 `query`/`step`;
+    heatmaps only Grafana 9's options (dashboards/clean.py)."""
+    dashboard = json.loads(json_path(source).read_text())
+    assert not _nulls(dashboard), _nulls(dashboard)
+    for panel in panels(dashboard):
+        for target in panel.get("targets", []):
+            assert not {"query", "step"} & set(target), (panel["title"], target)
+        if panel["type"] == "heatmap":
+            assert not {"cards", "color", "xAxis", "yAxis", "heatmap"} & set(panel), panel["title"]

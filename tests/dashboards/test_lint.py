@@ -63,7 +63,7 @@ SELECTOR = 'rig_gpu_busy_ratio{job=~"$job", instance=~"$instance", rig=~"$rig", 
 BROKEN: dict[str, tuple[Callable[[dict[str, Any]], None], str]] = {
     "fixed rate window": (
         _set_expr("rate(rig_engine_decode_batches_total{job=~\"$job\", instance=~\"$instance\","
-                  " rig=~\"$rig\", engine=~\"$engine\"}[5m])"),
+                  " rig=~\"$rig\", engine=~\"$engine\"}[7m])"),
         "rate() without [$__rate_interval]",
     ),
     "no rig matcher": (

@@ -64,7 +64,7 @@ def _finite(series: list[dict]) -> list[float]:
 def _series(stack: Stack, query: PanelQuery, deadline: float) -> list[dict]:
     """The query's result over the last 10 s, waiting (until `deadline`) for a series
     with a number in it (a quantile over a flat histogram is a series of NaN)."""
-    expr = substitute(query.expr, RATE_INTERVAL)
+    expr = substitute(query.expr, RATE_INTERVAL, time_range="60s")
     while True:
         body = stack.query_range(expr)
         assert body["status"] == "success", f"{query.where}: {expr}\n{body.get('error')}"
@@ -74,7 +74,7 @@ def _series(stack: Stack, query: PanelQuery, deadline: float) -> list[dict]:
 
 
 def test_the_dashboards_have_queries() -> None:
-    assert len(committed()) == 5
+    assert len(committed()) == 6
     assert len(HEALTHY) > 60 and THERMAL
     assert any("rig_host_cpu_temperature_celsius" in q.expr for q in HEALTHY)
 
@@ -92,10 +92,17 @@ def test_every_variable_has_values(stack: Stack) -> None:
                 f"dashboard {dashboard['title']!r}, variable {name}: no {label} values")
 
 
+# Families another change adds (per-agent sessions): their panels are drawn ahead of
+# them and must return series once the exporter exports them.
+AHEAD = "rig_agent_"
+
+
 def test_every_panel_query_returns_series(stack: Stack) -> None:
+    exported = stack.exposition()
+    queries = [q for q in HEALTHY if AHEAD not in q.expr or f"\n{AHEAD}" in exported]
     deadline = time.monotonic() + 30
     empty = [q.where + ": " + q.expr
-             for q in HEALTHY if not _finite(_series(stack, q, deadline))]
+             for q in queries if not _finite(_series(stack, q, deadline))]
     assert not empty, "no series with a number:\n" + "\n".join(empty)
 
 

@@ -35,14 +35,16 @@ from exporter.rigctl.stack import Monitoring, Notification, WebhookReceiver
 from exporter.sim.rig.simrig import SimRig
 from exporter.sim.scenarios import SCENARIOS, Expect, Scenario
 from exporter.sim.scenarios.player import play
+from exporter.sim.scenarios.prefill_starves_decode import A, B
 from tests.e2e import report
 from tests.e2e.stack import LoopThread
+from tests.e2e.tiles import overview, tiles
 
 pytestmark = pytest.mark.long_running(170)
 
 TIME_SCALE = 10.0
 STALL_SCALE = 2.0
-# Thirteen simulated engines render /metrics in this one process: the stall
+# Fifteen simulated engines render /metrics in this one process: the stall
 # tracker polls at 2 Hz (0.5 s resolves the 5 s compressed threshold), and the
 # rigs tick at 4 Hz.
 STALL_POLL_SECONDS = 0.5
@@ -53,6 +55,7 @@ RESOLVE_SECONDS = 120.0
 # After the last resolution: long enough for a duplicate or a stray page.
 HOLD_SECONDS = 6.0
 WARMUP_SECONDS = 6.0
+SCRAPE_SECONDS = 1.0  # Monitoring's Prometheus (exporter/rigctl/stack.py)
 SCENARIO_LIST = [SCENARIOS[name] for name in sorted(SCENARIOS)]
 # The committed routing and rules, read once.
 ROUTING = yaml.safe_load(ALERTMANAGER_CONFIG.read_text())
@@ -107,6 +110,10 @@ class Run:
     # Every alert that fired in Prometheus during the run, by rig (labels
     # without alertstate).
     fired: dict[str, list[dict[str, str]]] = field(default_factory=dict)
+    # The run's Prometheus (still up while the tests run) and its wall-clock span.
+    prometheus_url: str = ""
+    started: float = 0.0
+    ended: float = 0.0
 
 
 def rig_alerts(notifications: list[Notification], rig: str) -> Iterator[tuple[Notification,
@@ -168,7 +175,8 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Run]:
         _wait_targets_up(monitoring, len(rigs))
         time.sleep(WARMUP_SECONDS)
 
-        run = Run({name: e.address for name, e in exporters.items()}, {})
+        run = Run({name: e.address for name, e in exporters.items()}, {},
+                  prometheus_url=monitoring.prometheus_url, started=time.time())
 
         async def play_one(scenario: Scenario) -> None:
             run.fault_at[scenario.name] = time.monotonic() + (scenario.fault_at or 0) / TIME_SCALE
@@ -188,6 +196,7 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Run]:
         for result in monitoring.query('max_over_time(ALERTS{alertstate="firing"}[1h])'):
             labels = {k: v for k, v in result["metric"].items() if k != "alertstate"}
             run.fired.setdefault(labels.get("rig", ""), []).append(labels)
+        run.ended = time.time()
         yield run
 
 
@@ -279,3 +288,39 @@ def test_info_alerts_fire_in_prometheus_and_notify_nobody(run: Run) -> None:
     assert capped == {"card1", "card2"}
     assert not [a for n in run.notifications for a in n.payload["alerts"]
                 if a["labels"]["severity"] == "info"]
+
+
+def test_the_starvation_page_names_the_agent_stalled_and_the_agent_blamed(run: Run) -> None:
+    """prefill-starves-decode: A's gap came while B's first token was pending, so the
+    tap blames B, and the page says so."""
+    pages = [a for _, a in rig_alerts(run.notifications, "prefill-starves-decode")
+             if a["labels"]["alertname"] == "RigDecodeStarvation" and a["status"] == "firing"]
+    assert pages
+    assert f"Agent {A} stalled, blamed on {B}" in pages[0]["annotations"]["description"], pages
+
+
+# The overview generated from the run's own scaled thresholds, once.
+OVERVIEW = overview(TIME_SCALE, STALL_SCALE)
+# Tiles a scenario turns short of any alert, and why. four-agents-hog: the stream
+# probe queues behind the three waiting agents (FCFS: SGLang's scheduler stops at the
+# first request that does not fit) past its deadline, so one probe fails and the
+# Engines tile says so; RigEngineWedged needs 5 min of failed probes.
+TILES_SHORT_OF_AN_ALERT = {"four-agents-hog": {"Engines"}}
+
+
+@pytest.mark.parametrize("scenario", SCENARIO_LIST, ids=[s.name for s in SCENARIO_LIST])
+def test_overview_tile_for_the_scenario_turns_and_no_other(run: Run,
+                                                           scenario: Scenario) -> None:
+    """Over the whole run of the scenario's rig, each overview tile that shows one of its
+    alerts crosses its threshold, and every other tile stays green (the same Prometheus
+    as the alerts above: no second playing)."""
+    expected = {e.alert for e in scenario.expects}
+    found = tiles(OVERVIEW, run.prometheus_url, scenario.name, run.started, run.ended,
+                  TIME_SCALE, SCRAPE_SECONDS)
+    assert len(found) >= 17, [t.title for t in found]
+    quiet = [f"{t.title}: {t.values}" for t in found if t.shows & expected and not t.crossed]
+    assert not quiet, f"{scenario.name}: tiles that should cross and did not: {quiet}"
+    also = TILES_SHORT_OF_AN_ALERT.get(scenario.name, set())
+    stray = [f"{t.title}: {t.crossed}" for t in found
+             if t.crossed and not t.shows & expected and t.title not in also]
+    assert not stray, f"{scenario.name}: tiles that crossed for nothing expected: {stray}"

@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 
 from alerts.generate import build
-from alerts.timescale import scaled_thresholds
+from alerts.timescale import COMPARED_AGES, scaled_thresholds
 from exporter.engines.stall.readers import BODY_REUSE_SECONDS
 from exporter.runtime import Exporter
 from exporter.sim.rig.simrig import SimRig
@@ -79,6 +79,11 @@ POLL_SECONDS = 5.0
 MIN_POLL_REAL_SECONDS = 0.05
 ENOUGH_SAMPLES = 4
 CROSSED = ("pending", "firing")
+# Played by tests/e2e only (at x10): four-agents-hog's 10-minute unbounded answer is
+# some 47,000 tokens, 3,500 a second at x50, and in this one process the scheduler
+# model alone costs about 50 us a token, its frames through the tap and the client
+# more again: the process falls behind the rig's clock and the tap sees a trickle.
+E2E_ONLY = {"four-agents-hog"}
 
 
 @dataclass(frozen=True)
@@ -104,16 +109,18 @@ class Sample:
     checks: list[dict[str, Any]]
 
 
-def judged_thresholds(stall_scale: float) -> Thresholds:
+def judged_thresholds(stall_scale: float, fault_scale: float) -> Thresholds:
     """What the exporter judges by, its health monitor on the rig's clock: the
     rules' own holds, windows and rates (the rig's counters move per rig second),
-    stall lengths compressed as the rig's stalls are, and PSI's share of stalled
-    time TIME_SCALE times smaller: the simulated rig accrues PSI in real time,
-    which the monitor divides by rig seconds. (The stall scenarios' slower faults
-    leave PSI at its healthy 0.)"""
+    stall lengths compressed as the rig's stalls are, the ages of the agents'
+    requests (which the tap measures in real seconds) compressed as the fault's
+    time is, and PSI's share of stalled time TIME_SCALE times smaller: the
+    simulated rig accrues PSI in real time, which the monitor divides by rig
+    seconds. (The stall scenarios' slower faults leave PSI at its healthy 0.)"""
     t = scaled_thresholds(Thresholds(), 1.0, stall_factor=stall_scale)
+    ages = {name: getattr(t, name) / fault_scale for name in COMPARED_AGES}
     return dataclasses.replace(
-        t, host_memory_full_stall_ratio=t.host_memory_full_stall_ratio / TIME_SCALE)
+        t, host_memory_full_stall_ratio=t.host_memory_full_stall_ratio / TIME_SCALE, **ages)
 
 
 def crossings(samples: list[Sample]) -> set[Crossing]:
@@ -153,9 +160,17 @@ async def pre_roll(rig: SimRig, samples: list[Sample]) -> None:
         await asyncio.sleep(MIN_POLL_REAL_SECONDS)
 
 
+def mirrored(samples: list[Sample]) -> set[str]:
+    """The alerts some health check mirrors."""
+    return {c["alert"] for s in samples for c in s.checks}
+
+
 def unmet(scenario: Scenario, samples: list[Sample]) -> list[Expect]:
-    crossed = crossings(samples)
-    return [e for e in scenario.expects if not any(c.matches(e) for c in crossed)]
+    """Expected alerts not crossed, of those a check mirrors: RigAgentRecomputing's
+    30-minute ratio has no check, and is judged in tests/e2e only."""
+    crossed, judged = crossings(samples), mirrored(samples)
+    return [e for e in scenario.expects
+            if e.alert in judged and not any(c.matches(e) for c in crossed)]
 
 
 async def observe(scenario: Scenario) -> tuple[list[Sample], list[Sample]]:
@@ -175,7 +190,7 @@ async def observe(scenario: Scenario) -> tuple[list[Sample], list[Sample]]:
         # history, as a scraper's would (the background sampler counts real seconds,
         # the monitor rig seconds).
         config = dataclasses.replace(
-            config, thresholds=judged_thresholds(stall),
+            config, thresholds=judged_thresholds(stall, fault_scale),
             engines=tuple(dataclasses.replace(
                 e, stall_window_seconds=e.stall_window_seconds / fault_scale,
                 probe_interval_seconds=PROBE_REAL_SECONDS.get(scenario.name,
@@ -218,7 +233,7 @@ async def observe(scenario: Scenario) -> tuple[list[Sample], list[Sample]]:
             within(samples, *fault))
 
 
-@pytest.mark.parametrize("name", sorted(SCENARIOS))
+@pytest.mark.parametrize("name", sorted(set(SCENARIOS) - E2E_ONLY))
 def test_scenario_crosses_exactly_its_alerts(name: str) -> None:
     scenario = SCENARIOS[name]
     lead_in, fault = asyncio.run(asyncio.wait_for(observe(scenario), 180))
@@ -229,6 +244,7 @@ def test_scenario_crosses_exactly_its_alerts(name: str) -> None:
     assert unknown(fault) == set(), "a check could not tell in the fault"
     crossed = crossings(fault)
     assert unmet(scenario, fault) == [], f"not crossed; crossed: {crossed}"
+    assert {e.alert for e in scenario.expects} - mirrored(fault) <= {"RigAgentRecomputing"}
     assert {c for c in crossed if not any(c.matches(e) for e in scenario.expects)} == set()
     assert not {c.alert for c in crossed} & scenario.must_not
 
@@ -250,7 +266,8 @@ def test_every_scenario_of_the_design_exists_with_its_story() -> None:
     assert set(SCENARIOS) == {
         "healthy", "prefill-starves-decode", "mixed-chunk-stutter", "thermal-downclock",
         "power-capped", "hicache-thrash", "l3-miss-storm", "swap-storm", "kv-saturated",
-        "queue-hog", "engine-down", "engine-wedged", "gpu-missing"}
+        "queue-hog", "engine-down", "engine-wedged", "gpu-missing", "four-agents-hog",
+        "working-set-overflow"}
     for scenario in SCENARIOS.values():
         assert "Must raise:" in scenario.doc and "Must not raise:" in scenario.doc
         assert scenario.steps[0].at == 0.0 and scenario.steps[0].phase == "lead-in"

@@ -26,9 +26,9 @@ def test_done():
 
 def test_native_small_and_large_agree():
     small = parse_frame(native(3, cached=7))
-    assert small == Frame(completion_tokens=3, cached_tokens=7)
+    assert small == Frame(completion_tokens=3, cached_tokens=7, prompt_tokens=12)
     big = native(5000, text_len=100_000, cached=9)  # past the fast-path size
-    assert parse_frame(big) == Frame(completion_tokens=5000, cached_tokens=9)
+    assert parse_frame(big) == Frame(completion_tokens=5000, cached_tokens=9, prompt_tokens=12)
 
 
 def test_native_compact_json_as_orjson_writes_it():
@@ -60,7 +60,7 @@ def test_openai_usage_chunk_with_cached_tokens():
                                       "total_tokens": 941,
                                       "prompt_tokens_details": {"cached_tokens": 768}}}
     assert parse_frame(json.dumps(chunk).encode()) == Frame(
-        content=False, completion_tokens=41, cached_tokens=768)
+        content=False, completion_tokens=41, cached_tokens=768, prompt_tokens=900)
 
 
 def test_openai_usage_without_details():
@@ -199,7 +199,7 @@ def test_responses_events():
     usage = {"input_tokens": 9, "input_tokens_details": {"cached_tokens": 4},
              "output_tokens": 12, "total_tokens": 21}
     assert event({"type": "response.completed", "response": {"usage": usage}}) == Frame(
-        done=True, content=False, completion_tokens=12, cached_tokens=4)
+        done=True, content=False, completion_tokens=12, cached_tokens=4, prompt_tokens=9)
     assert event({"type": "response.created", "response": {"usage": None}}) == Frame(
         content=False)
     assert event({"type": "response.failed", "response": {"error": {
@@ -241,3 +241,12 @@ def test_the_event_deltas_are_read_from_their_bytes():
                   "type": "response.output_text.delta"}):  # the openai types' key order
         payload = json.dumps(body, separators=(",", ":")).encode()
         assert _is_event_delta(payload), payload
+
+
+def test_anthropic_prompt_is_its_input_and_cache_reads():
+    # SGLang's input_tokens leave out the cached prompt (anthropic/serving.py
+    # _anthropic_input_tokens): the prompt the engine counted is both.
+    start = {"type": "message_start", "message": {"id": "m", "type": "message", "usage": {
+        "input_tokens": 5, "cache_read_input_tokens": 4, "output_tokens": 0}}}
+    assert parse_frame(json.dumps(start).encode()) == Frame(
+        content=False, cached_tokens=4, prompt_tokens=9)

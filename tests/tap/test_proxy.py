@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import hashlib
 import json
 import os
@@ -257,7 +258,9 @@ def test_json_of_the_reading_is_plain():
     from exporter.tap.state import TapState
 
     reading = TapState().reading("sglang", "main")
-    assert json.loads(json.dumps(reading.__dict__))["max_gap_seconds"] == 0.0
+    plain = json.loads(json.dumps(dataclasses.asdict(reading)))
+    assert plain["max_gap_seconds"] == 0.0
+    assert [a["name"] for a in plain["agents"]] == ["other"]
 
 
 def test_frames_cut_anywhere_pass_whole_and_are_timed_when_complete():

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 
 from aiohttp import web
 
-from exporter.sim.engine.scheduler import Batch, Phase, Request, Scheduler
+from exporter.sim.engine.scheduler import OUTPUT_TEXT, Batch, Phase, Request, Scheduler
 from exporter.sim.engine.state import SimEngine, StreamScript
 
 #: SGLang's SamplingParams default max_new_tokens; OpenAI's default max_tokens.
@@ -51,8 +51,12 @@ class Ask:
     """One generation request, whichever API it came through."""
 
     prompt_tokens: int
-    max_new_tokens: int
+    #: None: no limit (the chat API without max_tokens): up to the context length.
+    max_new_tokens: int | None
     stream: bool
+    #: The prompt's text, by which the engine finds its cached prefix.
+    key: str | None = None
+    stream_interval: int | None = None  # the native API's sampling_params.stream_interval
 
 
 @dataclass(frozen=True)
@@ -62,6 +66,7 @@ class Progress:
     tokens: int
     finished: bool
     aborted: bool = False
+    cached_tokens: int = 0  # of the prompt, found in the cache
 
 
 def prompt_length(input_ids: object, text: object) -> int:
@@ -80,6 +85,12 @@ def prompt_length(input_ids: object, text: object) -> int:
     return max(1, math.ceil(len(text) / 4))
 
 
+def prompt_text(text: object) -> str | None:
+    if isinstance(text, list) and text:
+        text = text[0]
+    return text if isinstance(text, str) else None
+
+
 def _positive_int(value: object, name: str) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise BadRequest(f"{name} must be a positive integer, not {value!r}")
@@ -96,8 +107,11 @@ def parse_generate(body: object) -> Ask:
         raise BadRequest("sampling_params must be an object")
     wanted = _positive_int(params.get("max_new_tokens", GENERATE_DEFAULT_MAX_NEW_TOKENS),
                            "max_new_tokens")
-    return Ask(prompt_length(body.get("input_ids"), body.get("text")), wanted,
-               bool(body.get("stream", False)))
+    interval = params.get("stream_interval")
+    ids = body.get("input_ids")
+    return Ask(prompt_length(ids, body.get("text")), wanted, bool(body.get("stream", False)),
+               None if ids is not None else prompt_text(body.get("text")),
+               None if interval is None else _positive_int(interval, "stream_interval"))
 
 
 def parse_completions(body: object) -> Ask:
@@ -111,7 +125,26 @@ def parse_completions(body: object) -> Ask:
     wanted = _positive_int(body.get("max_tokens", COMPLETIONS_DEFAULT_MAX_TOKENS),
                            "max_tokens")
     return Ask(prompt_length(ids, None if ids is not None else prompt), wanted,
-               bool(body.get("stream", False)))
+               bool(body.get("stream", False)), None if ids is not None else prompt_text(prompt))
+
+
+def parse_chat(body: object) -> Ask:
+    """/v1/chat/completions: the messages' contents in order are the prompt (no chat
+    template); no max_completion_tokens or max_tokens is no limit (SGLang's
+    ChatCompletionRequest passes None on, and the scheduler allows up to the context)."""
+    if isinstance(body, NotJson):
+        raise BadRequest(body.reason)
+    if not isinstance(body, dict):
+        raise BadRequest("the body must be a JSON object")
+    messages = body.get("messages")
+    if not isinstance(messages, list) or not messages or not all(
+            isinstance(m, dict) and isinstance(m.get("content"), str) for m in messages):
+        raise BadRequest("messages must be a non-empty list of {role, content} objects")
+    text = "".join(m["content"] for m in messages)
+    limit = body.get("max_completion_tokens") or body.get("max_tokens")
+    wanted = None if limit is None else _positive_int(limit, "max_completion_tokens")
+    return Ask(prompt_length(None, text or " "), wanted, bool(body.get("stream", False)),
+               text)
 
 
 class StreamHub:
@@ -128,14 +161,16 @@ class StreamHub:
 
     def on_token(self, request: Request, time: float) -> None:
         queue = self._queues.get(request.rid)
-        if queue is not None:
+        if queue is not None and request.output_due:
             queue.put_nowait(Progress(request.generated,
-                                      request.generated >= request.max_new_tokens))
+                                      request.generated >= request.max_new_tokens,
+                                      cached_tokens=request.cached_tokens))
 
     def on_finish(self, request: Request, time: float) -> None:
         queue = self._queues.get(request.rid)
         if queue is not None and request.phase == Phase.ABORTED:
-            queue.put_nowait(Progress(request.generated, True, aborted=True))
+            queue.put_nowait(Progress(request.generated, True, aborted=True,
+                                      cached_tokens=request.cached_tokens))
 
     def on_batch(self, batch: Batch, scheduler: Scheduler) -> None:
         pass
@@ -155,7 +190,8 @@ class StreamHub:
                 await asyncio.wait_for(self._wake.wait(), delay)
 
     async def scheduled(self, http: web.Request, ask: Ask) -> AsyncIterator[Progress]:
-        request = self.state.submit(ask.prompt_tokens, ask.max_new_tokens, stream=ask.stream)
+        request = self.state.submit(ask.prompt_tokens, ask.max_new_tokens, stream=ask.stream,
+                                    key=ask.key, stream_interval=ask.stream_interval)
         queue: asyncio.Queue[Progress] = asyncio.Queue()
         self._queues[request.rid] = queue
         if self._wake is not None:
@@ -199,31 +235,33 @@ async def progress_of(hub: StreamHub, http: web.Request, ask: Ask) -> AsyncItera
             async for progress in scheduled:
                 yield progress
         return
-    async for progress in scripted(script, ask.max_new_tokens):
+    wanted = ask.max_new_tokens or hub.state.context_len - SCRIPTED_PROMPT_TOKENS - 1
+    async for progress in scripted(script, wanted):
         yield progress
-    hub.state.finish_request(SCRIPTED_PROMPT_TOKENS, ask.max_new_tokens, ask.stream)
+    hub.state.finish_request(SCRIPTED_PROMPT_TOKENS, wanted, ask.stream)
 
 
-def _meta(rid: str, ask: Ask, tokens: int, finished: bool, started: float) -> dict:
+def _meta(rid: str, ask: Ask, progress: Progress, started: float) -> dict:
+    tokens, finished = progress.tokens, progress.finished
     meta: dict[str, object] = {
         "id": rid, "prompt_tokens": ask.prompt_tokens, "completion_tokens": tokens,
-        "cached_tokens": 0,
-        "finish_reason": {"type": "length", "length": ask.max_new_tokens} if finished else None,
+        "cached_tokens": progress.cached_tokens,
+        "finish_reason": {"type": "length", "length": tokens} if finished else None,
     }
     if finished:
         meta["e2e_latency"] = time.monotonic() - started
     return meta
 
 
-async def _all_tokens(hub: StreamHub, http: web.Request, ask: Ask) -> int | None:
+async def _all_tokens(hub: StreamHub, http: web.Request, ask: Ask) -> Progress | None:
     """Wait for a non-streamed answer; None if the engine dropped the request."""
-    tokens = 0
+    last = Progress(0, True)
     async with contextlib.aclosing(progress_of(hub, http, ask)) as events:
         async for progress in events:
             if progress.aborted:
                 return None
-            tokens = progress.tokens
-    return tokens
+            last = progress
+    return last
 
 
 def _dropped() -> web.Response:
@@ -283,11 +321,13 @@ async def generate(hub: StreamHub, http: web.Request, body: object) -> web.Strea
     started = time.monotonic()
     incremental = hub.state.stream is None
     if not ask.stream:
-        tokens = await _all_tokens(hub, http, ask)
-        if tokens is None:
+        done = await _all_tokens(hub, http, ask)
+        if done is None:
             return _dropped()
-        return web.json_response({"text": " tok" * tokens, "output_ids": list(range(tokens)),
-                                  "meta_info": _meta(rid, ask, tokens, True, started)})
+        tokens = done.tokens
+        return web.json_response({"text": OUTPUT_TEXT * tokens,
+                                  "output_ids": list(range(tokens)),
+                                  "meta_info": _meta(rid, ask, done, started)})
     response = await _sse(http)
     sent = 0
     async with contextlib.aclosing(progress_of(hub, http, ask)) as events:
@@ -297,10 +337,9 @@ async def generate(hub: StreamHub, http: web.Request, body: object) -> web.Strea
                     return response  # the engine dropped it (a restart): no [DONE]
                 new = progress.tokens - sent if incremental else progress.tokens
                 await _send(response, {
-                    "text": " tok" * new,
+                    "text": OUTPUT_TEXT * new,
                     "output_ids": list(range(sent if incremental else 0, progress.tokens)),
-                    "meta_info": _meta(rid, ask, progress.tokens, progress.finished,
-                                       started)})
+                    "meta_info": _meta(rid, ask, progress, started)})
                 sent = progress.tokens
             await _send(response, "[DONE]")
         except ConnectionResetError:
@@ -311,23 +350,48 @@ async def generate(hub: StreamHub, http: web.Request, body: object) -> web.Strea
 async def completions(hub: StreamHub, http: web.Request, body: object
                       ) -> web.StreamResponse:
     """POST /v1/completions: the OpenAI API (SGLang serves it too)."""
+    return await _openai(hub, http, body, chat=False)
+
+
+async def chat_completions(hub: StreamHub, http: web.Request, body: object
+                           ) -> web.StreamResponse:
+    """POST /v1/chat/completions: what agents use; chunks carry `delta.content`."""
+    return await _openai(hub, http, body, chat=True)
+
+
+def _choice(text: str, finished: bool, chat: bool, first: bool = False) -> dict[str, object]:
+    reason = "length" if finished else None
+    if not chat:
+        return {"index": 0, "text": text, "logprobs": None, "finish_reason": reason}
+    delta = {"role": "assistant", "content": text} if first else {"content": text}
+    return {"index": 0, "delta": delta, "logprobs": None, "finish_reason": reason}
+
+
+async def _openai(hub: StreamHub, http: web.Request, body: object, chat: bool
+                  ) -> web.StreamResponse:
     try:
-        ask = parse_completions(body)
+        ask = parse_chat(body) if chat else parse_completions(body)
         _check_capacity(hub.state, ask)
     except BadRequest as exc:
         return _refuse(exc)
     assert isinstance(body, dict)
-    head = {"id": f"cmpl-{id(http):x}", "object": "text_completion",
+    kind = "chat.completion" if chat else "text_completion"
+    head = {"id": f"{'chatcmpl' if chat else 'cmpl'}-{id(http):x}", "object": kind,
             "created": int(time.time()), "model": str(body.get("model") or hub.state.model)}
+    report = hub.state.enable_cache_report
     if not ask.stream:
-        tokens = await _all_tokens(hub, http, ask)
-        if tokens is None:
+        done = await _all_tokens(hub, http, ask)
+        if done is None:
             return _dropped()
-        return web.json_response({**head, "choices": [
-            {"index": 0, "text": " tok" * tokens, "logprobs": None, "finish_reason": "length"}],
-            "usage": _usage(ask, tokens)})
+        text = OUTPUT_TEXT * done.tokens
+        choice = (dict(_choice("", True, False), text=text) if not chat else
+                  {"index": 0, "message": {"role": "assistant", "content": text},
+                   "logprobs": None, "finish_reason": "length"})
+        return web.json_response({**head, "choices": [choice],
+                                  "usage": _usage(ask, done, report)})
     response = await _sse(http)
-    sent = 0
+    head["object"] = f"{kind}.chunk" if chat else kind
+    last = Progress(0, False)
     options = body.get("stream_options")
     options = options if isinstance(options, dict) else {}
     async with contextlib.aclosing(progress_of(hub, http, ask)) as events:
@@ -337,21 +401,28 @@ async def completions(hub: StreamHub, http: web.Request, body: object
                     return response
                 # SGLang's serving_completions.py: usage on every chunk with
                 # continuous_usage_stats, else null.
-                usage = (_usage(ask, progress.tokens) if options.get("continuous_usage_stats")
-                         else None)
-                await _send(response, {**head, "choices": [{
-                    "index": 0, "text": " tok" * (progress.tokens - sent), "logprobs": None,
-                    "finish_reason": "length" if progress.finished else None}],
-                    "usage": usage})
-                sent = progress.tokens
+                usage = (_usage(ask, progress, report)
+                         if options.get("continuous_usage_stats") else None)
+                await _send(response, {**head, "choices": [_choice(
+                    OUTPUT_TEXT * (progress.tokens - last.tokens), progress.finished, chat,
+                    first=last.tokens == 0)], "usage": usage})
+                last = progress
             if options.get("include_usage"):
-                await _send(response, {**head, "choices": [], "usage": _usage(ask, sent)})
+                await _send(response, {**head, "choices": [],
+                                       "usage": _usage(ask, last, report)})
             await _send(response, "[DONE]")
         except ConnectionResetError:
             pass
     return response
 
 
-def _usage(ask: Ask, tokens: int) -> dict[str, int]:
-    return {"prompt_tokens": ask.prompt_tokens, "completion_tokens": tokens,
-            "total_tokens": ask.prompt_tokens + tokens}
+def _usage(ask: Ask, progress: Progress, cache_report: bool) -> dict[str, object]:
+    """OpenAI usage; prompt_tokens_details only with --enable-cache-report
+    (SGLang's UsageProcessor)."""
+    tokens = progress.tokens
+    usage: dict[str, object] = {"prompt_tokens": ask.prompt_tokens,
+                                "completion_tokens": tokens,
+                                "total_tokens": ask.prompt_tokens + tokens}
+    if cache_report:
+        usage["prompt_tokens_details"] = {"cached_tokens": progress.cached_tokens}
+    return usage

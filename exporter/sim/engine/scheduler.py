@@ -56,6 +56,8 @@ from typing import Protocol
 TIERS = ("device", "host", "storage")  # SGLang's cache_source values: L1, L2, L3
 #: Finished or aborted requests kept in `Scheduler.requests` for inspection.
 KEEP_FINISHED = 256
+#: The text of one generated token, as the simulated server writes it.
+OUTPUT_TEXT = " tok"
 
 
 class BatchKind(StrEnum):
@@ -131,11 +133,20 @@ class Timings:
     decode_step_base_seconds: float = 8.94e-3
     decode_step_per_extra_request_seconds: float = 2.47e-3
     decode_step_seconds_per_context_token: float = 3.54e-8
+    #: Prefill and admission last this many times longer: a compressed rig stretches
+    #: them by its time scale over its stall scale, so that a prefill that starves
+    #: decode compresses like any other stall (`SimRig.prefills_stall`).
+    prefill_stretch: float = 1.0
 
     def prefill_chunk_seconds(self, offset: int, tokens: int) -> float:
         end = offset + tokens
-        return (self.prefill_seconds_per_token * tokens
-                + self.prefill_seconds_per_token_squared * (end * end - offset * offset))
+        return self.prefill_stretch * (
+            self.prefill_seconds_per_token * tokens
+            + self.prefill_seconds_per_token_squared * (end * end - offset * offset))
+
+    def admission_seconds(self, uncached_tokens: int) -> float:
+        return (self.prefill_stretch * uncached_tokens
+                * self.admission_seconds_per_uncached_token)
 
     def decode_step_seconds(self, batch_size: int, context_tokens: int) -> float:
         return (self.decode_step_base_seconds
@@ -183,6 +194,14 @@ class Request:
     arrival: float
     cached: dict[str, int] = field(default_factory=dict)  # tier -> tokens hit
     stream: bool = True
+    #: The prompt's text, for the prefix cache (None: a prompt of token ids).
+    key: str | None = None
+    #: SGLang's stream_interval: after the first token, a streamed request is sent
+    #: its tokens once this many are unsent, and at its end.
+    stream_interval: int = 1
+    sent_tokens: int = 0
+    #: Whether the token just emitted goes out to the client now (`stream_interval`).
+    output_due: bool = False
     phase: Phase = Phase.ADMITTING
     admitted_at: float = 0.0
     prefilled: int = 0  # of `prefill_target`, counting the cached prefix
@@ -218,6 +237,34 @@ class Request:
         """The longest wait between two tokens, counting only gaps that end after `since`."""
         return max((b - a for a, b in itertools.pairwise(self.token_times) if b > since),
                    default=0.0)
+
+
+@dataclass
+class CachedPrompt:
+    """A finished prompt and its output, left in the device pool until evicted."""
+
+    key: str | None  # its text; None: it can be evicted, never matched
+    tokens: int
+
+
+def shared_prefix(a: str, b: str) -> int:
+    """Characters two prompts share from their start (binary search on slices: the
+    comparisons run in C, a 196K-token prompt is some 800,000 characters)."""
+    low, high = 0, min(len(a), len(b))
+    while low < high:
+        middle = (low + high + 1) // 2
+        if a[:middle] == b[:middle]:
+            low = middle
+        else:
+            high = middle - 1
+    return low
+
+
+#: A prompt given as text counts one token per this many characters (no tokenizer).
+CHARS_PER_TOKEN = 4
+#: Shorter shared prefixes are no hit here (the stream probe's tag, a chat preamble):
+#: the model's hit time has a fixed part fitted to long sessions (`hit_base_seconds`).
+MIN_HIT_TOKENS = 64
 
 
 @dataclass
@@ -268,7 +315,7 @@ class Scheduler:
         self.prefilling: list[Request] = []
         self.running: list[Request] = []
         #: Finished prompts left in the radix cache (evictable), oldest first.
-        self.evictable: deque[list[int]] = deque()
+        self.evictable: deque[CachedPrompt] = deque()
         self.batch: Batch | None = None
         self.decode_paused_until = float("-inf")
         #: Wedged: no batch ends or starts and nothing is published; time passes.
@@ -295,22 +342,48 @@ class Scheduler:
 
     def submit(self, prompt_tokens: int, max_new_tokens: int, at: float | None = None,
                cached: dict[str, int] | None = None, stream: bool = True,
-               rid: str | None = None) -> Request:
+               rid: str | None = None, key: str | None = None,
+               stream_interval: int = 1) -> Request:
         """A request reaches the engine at `at` (default: now). `cached` says how many
-        of its prompt tokens hit each tier; at least one token is always computed."""
+        of its prompt tokens hit each tier; without it, a prompt with a `key` (its
+        text) hits the device pool for the prefix it shares with a finished prompt
+        still cached there. At least one token is always computed."""
+        if cached is None and key is not None:
+            cached = self._match(key, prompt_tokens)
         hits = validate_request(prompt_tokens, max_new_tokens, cached)
         arrival = self.now if at is None else max(at, self.now)
         request = Request(rid or f"sim-{next(self._ids)}", prompt_tokens, max_new_tokens,
-                          arrival, hits, stream)
+                          arrival, hits, stream, key, max(1, stream_interval))
         uncached = prompt_tokens - request.cached_tokens
-        request.admitted_at = (arrival + uncached
-                               * self.timings.admission_seconds_per_uncached_token)
+        request.admitted_at = arrival + self.timings.admission_seconds(uncached)
         request.prefilled = request.cached_tokens
         request.prefill_target = prompt_tokens
         self.requests[request.rid] = request
         self.admitting.append(request)
         self.admitting.sort(key=lambda r: r.admitted_at)
         return request
+
+    def remember(self, key: str, tokens: int) -> None:
+        """A prompt earlier turns left in the device pool (a scenario's history)."""
+        self._evict_for(tokens)
+        self.evictable.append(CachedPrompt(key, tokens))
+
+    def cached_prompt_tokens(self) -> int:
+        return sum(entry.tokens for entry in self.evictable)
+
+    def _match(self, key: str, prompt_tokens: int) -> dict[str, int]:
+        """The longest cached prefix of `key`, taken out of the evictable set (the
+        request now holds it); SGLang matches at page granularity, this per prompt."""
+        best, shared = None, 0
+        for entry in self.evictable:
+            if entry.key is not None:
+                length = shared_prefix(entry.key, key) // CHARS_PER_TOKEN
+                if length >= MIN_HIT_TOKENS and length > shared:
+                    best, shared = entry, length
+        if best is None:
+            return {}
+        self.evictable.remove(best)
+        return {"device": min(shared, prompt_tokens - 1)}
 
     def abort(self, rid: str) -> bool:
         """The client went away: the request leaves the scheduler (its KV is freed)."""
@@ -412,10 +485,10 @@ class Scheduler:
 
     def _evict_for(self, tokens: int) -> None:
         """Make room in the device pool by evicting finished prompts, oldest first."""
-        free = self.kv_capacity_tokens - self.kv_used_tokens() - sum(
-            n for _, n in self.evictable)
+        free = (self.kv_capacity_tokens - self.kv_used_tokens()
+                - self.cached_prompt_tokens())
         while free < tokens and self.evictable:
-            _, evicted = self.evictable.popleft()
+            evicted = self.evictable.popleft().tokens
             self.counters.evicted_tokens += evicted
             free += evicted
 
@@ -528,13 +601,24 @@ class Scheduler:
     def _emit(self, request: Request, time: float) -> None:
         request.generated += 1
         request.token_times.append(time)
+        last = request.generated >= request.max_new_tokens
+        # SGLang's output_streamer: the first token at once, then whenever
+        # stream_interval tokens are unsent, and the last.
+        request.output_due = (request.stream_interval == 1 or last
+                              or request.sent_tokens == 0
+                              or request.generated - request.sent_tokens
+                              >= request.stream_interval)
+        if request.output_due:
+            request.sent_tokens = request.generated
         for listener in self._listeners:
             listener.on_token(request, time)
-        if request.generated >= request.max_new_tokens:
+        if last:
             self.running.remove(request)
             request.phase = Phase.FINISHED
             request.finished_at = time
-            self.evictable.append([0, request.prompt_tokens + request.generated])
+            key = (None if request.key is None
+                   else request.key + OUTPUT_TEXT * request.generated)
+            self.evictable.append(CachedPrompt(key, request.prompt_tokens + request.generated))
             self._finished(request)
 
     def _finished(self, request: Request) -> None:

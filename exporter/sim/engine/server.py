@@ -1,5 +1,6 @@
 """A simulated SGLang server: /metrics, /server_info, /get_server_info, /health,
-/generate, /v1/completions, /v1/loads, and a control endpoint under /sim/.
+/generate, /v1/completions, /v1/chat/completions, /v1/loads, /v1/models, and a
+control endpoint under /sim/.
 
 /metrics is rendered from a SimEngine in SGLang 0.5.23's multiprocess format, on a
 template that is the genuine capture `sglang-0.5.23-metrics-multiproc-b.txt` (TP=2)
@@ -195,8 +196,10 @@ class SimServer:
         self.app.router.add_get("/get_server_info", self.get_server_info)
         self.app.router.add_get("/health", self.health)
         self.app.router.add_get("/v1/loads", self.loads)
+        self.app.router.add_get("/v1/models", self.models)
         self.app.router.add_post("/generate", self.generate)
         self.app.router.add_post("/v1/completions", self.completions)
+        self.app.router.add_post("/v1/chat/completions", self.chat_completions)
         self.app.add_routes(self.control.routes())
         self.app.cleanup_ctx.append(self._pump)
         self._runner: web.AppRunner | None = None
@@ -267,6 +270,14 @@ class SimServer:
     async def get_server_info(self, request: web.Request) -> web.Response:
         return web.json_response(self.state.server_info())
 
+    async def models(self, request: web.Request) -> web.Response:
+        """The OpenAI model list, as SGLang's ModelCard (0.5.23 http_server.py)."""
+        model = self.state.model
+        return web.json_response({"object": "list", "data": [{
+            "id": model, "object": "model", "created": int(time.time()),
+            "owned_by": "sglang", "root": model, "parent": None,
+            "max_model_len": self.state.context_len}]})
+
     async def health(self, request: web.Request) -> web.Response:
         return web.Response()
 
@@ -296,6 +307,10 @@ class SimServer:
     async def completions(self, request: web.Request) -> web.StreamResponse:
         return await generation.completions(self.hub, request,
                                             await generation.read_json(request))
+
+    async def chat_completions(self, request: web.Request) -> web.StreamResponse:
+        return await generation.chat_completions(self.hub, request,
+                                                 await generation.read_json(request))
 
     async def _huge(self, request: web.Request) -> web.StreamResponse:
         # Chunked, with no Content-Length to refuse it by: the client must count.

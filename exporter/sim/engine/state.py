@@ -114,6 +114,8 @@ class TokenizerMetrics:
         n = request.generated
         if not request.stream and n % FORCE_STREAM_INTERVAL and n < request.max_new_tokens:
             return  # not sent to the tokenizer yet
+        if request.stream and not request.output_due:
+            return  # held back by stream_interval
         last = self._last_event.get(request.rid)
         labels = "true" if request.stream else "false"
         if last is None:
@@ -157,6 +159,15 @@ class SimEngine:
     queued: int = 0
     token_usage: float = 0.0
     max_total_num_tokens: int = 219005
+    #: The model's context length (/server_info `context_length`, /v1/models
+    #: `max_model_len`): 196,608 on the rig
+    #: (docs/facts/rig.md#hardware-and-software). A request without a token limit
+    #: may generate up to it (SGLang's `init_req_max_new_tokens`).
+    context_len: int = 196_608
+    #: `--stream-interval`: tokens per frame after the first, unless a request says.
+    stream_interval: int = 1
+    #: `--enable-cache-report`: OpenAI usage carries prompt_tokens_details.cached_tokens.
+    enable_cache_report: bool = False
     prefill_batches: int = 0
     prompt_tokens: dict[str, float] = field(default_factory=dict)  # by is_streaming
     generation_tokens: dict[str, float] = field(default_factory=dict)  # by is_streaming
@@ -228,12 +239,18 @@ class SimEngine:
 
     # Scheduled requests.
 
-    def submit(self, prompt_tokens: int, max_new_tokens: int,
-               cached: dict[str, int] | None = None, stream: bool = True) -> Request:
-        """A request reaches the engine now; its tokens come as the scheduler emits them."""
+    def submit(self, prompt_tokens: int, max_new_tokens: int | None,
+               cached: dict[str, int] | None = None, stream: bool = True,
+               key: str | None = None, stream_interval: int | None = None) -> Request:
+        """A request reaches the engine now; its tokens come as the scheduler emits them.
+        `max_new_tokens` None: no limit but the context length. `key`: the prompt's
+        text, which finds its cached prefix (`Scheduler.submit`)."""
         self._advance()
-        return self.scheduler.submit(prompt_tokens, max_new_tokens, cached=cached,
-                                     stream=stream)
+        limit = self.context_len - prompt_tokens - 1
+        wanted = limit if max_new_tokens is None else min(max_new_tokens, limit)
+        return self.scheduler.submit(prompt_tokens, max(1, wanted), cached=cached,
+                                     stream=stream, key=key,
+                                     stream_interval=stream_interval or self.stream_interval)
 
     def abort(self, rid: str) -> bool:
         self._advance()
@@ -244,6 +261,12 @@ class SimEngine:
         self._advance()
         self.policy = policy
         self.scheduler.policy = policy
+
+    def set_timings(self, timings: Timings) -> None:
+        """New batch durations (a prefill stretch); they apply from the next batch."""
+        self._advance()
+        self.timings = timings
+        self.scheduler.timings = timings
 
     def advance(self) -> None:
         """Bring the scheduler and the synthetic decode up to the clock's now."""
@@ -416,6 +439,8 @@ class SimEngine:
             "prefill_decode_interval": self.policy.prefill_decode_interval,
             "max_running_requests": self.policy.max_running_requests,
             "max_total_num_tokens": self.max_total_num_tokens,
+            # The rig's --context-length (SGLang lists every server argument).
+            "context_length": self.context_len,
             "schedule_policy": "fcfs",
             "decode_log_interval": 40,
             "internal_states": [{}] * self.dp_size,

@@ -35,6 +35,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from exporter.config import EngineConfig
+from exporter.launch import free_port
+from exporter.sim.agents import Agents, SimAgent
+from exporter.sim.engine.scheduler import Policy
 from exporter.sim.engine.server import SimServer
 from exporter.sim.engine.state import SimEngine
 from exporter.sim.rig import baseline, sysfs_writer
@@ -75,8 +78,9 @@ class SimRig:
         self._own_directory = directory is None
         self.directory = Path(directory) if directory else None
         # The rig has an NVMe L3 (docs/facts/rig.md); its counters appear on first use.
+        # --enable-cache-report: the agents' OpenAI streams report their cache hits.
         self.engine = SimEngine(clock=self.clock.now, hicache_storage="file",
-                                time_scale=time_scale)
+                                time_scale=time_scale, enable_cache_report=True)
         self.flows = EngineFlows()
         self.host = HostState()
         self.cards: dict[str, CardSpec] = baseline.healthy_cards()
@@ -84,6 +88,10 @@ class SimRig:
         self.server: SimServer | None = None
         self.engine_url = ""
         self._port = 0
+        #: The stream tap the exporter puts in front of the engine, and the agents
+        #: that talk through it (exporter.sim.agents); both from `start`.
+        self.tap_port = 0
+        self.agents: Agents | None = None
         self._ticker: asyncio.Task[None] | None = None
         self._last_tick = 0.0
         self._written_cpu: float | None | str = "unwritten"
@@ -102,11 +110,15 @@ class SimRig:
         self.server = SimServer(self.engine)
         self.engine_url = await self.server.start()
         self._port = int(self.engine_url.rsplit(":", 1)[1])
+        self.tap_port = free_port()
+        self.agents = Agents(f"http://127.0.0.1:{self.tap_port}", self.directory / "agents")
         self._last_tick = self.clock.now()
         self._ticker = asyncio.create_task(self._tick_loop(), name="sim rig ticks")
         return self
 
     async def stop(self) -> None:
+        if self.agents is not None:
+            await self.agents.close()
         if self._ticker is not None:
             self._ticker.cancel()
             await asyncio.gather(self._ticker, return_exceptions=True)
@@ -118,7 +130,7 @@ class SimRig:
             if self._own_directory:
                 shutil.rmtree(self.directory, ignore_errors=True)
             else:
-                for tree in (self.sysfs_root, self.proc_root):
+                for tree in (self.sysfs_root, self.proc_root, self.directory / "agents"):
                     shutil.rmtree(tree, ignore_errors=True)
 
     async def __aenter__(self) -> SimRig:
@@ -165,8 +177,11 @@ class SimRig:
         if compress_stall_window:
             window = Thresholds.decode_stall_window_seconds
             engine += f",stall_window_seconds={window / scale:g}"
+        assert self.agents is not None, "the rig has not started"
         return ["--engine", engine, "--sysfs.root", str(self.sysfs_root),
-                "--proc.root", str(self.proc_root), "--gpu.backend", "sysfs"]
+                "--proc.root", str(self.proc_root), "--gpu.backend", "sysfs",
+                "--tap.listen-address", f"{self.engine_name}=127.0.0.1:{self.tap_port}",
+                *self.agents.exporter_args(self.engine_name)]
 
     def exporter_config(self, listen_address: str = "127.0.0.1:0") -> Config:
         from exporter.cli import build_parser, config_from_args
@@ -178,6 +193,7 @@ class SimRig:
         """The machine-readable ready line (see `python -m exporter.sim --help`)."""
         return {
             "engine_url": self.engine_url,
+            "tap_url": f"http://127.0.0.1:{self.tap_port}",
             "sysfs_root": str(self.sysfs_root),
             "proc_root": str(self.proc_root),
             "exporter_args": self.exporter_args(),
@@ -204,7 +220,12 @@ class SimRig:
         self.set_host(**dataclasses.asdict(host))
         self.set_flows(healthy.flows)
         self.wedge_scheduler(False)
+        self.engine.set_policy(Policy())
+        self.prefills_stall(False)
+        if self.agents is not None:
+            self.agents.hang_up()
         self.set_engine(**healthy.engine)
+        self.engine.scheduler.kv_capacity_tokens = self.engine.max_total_num_tokens
         if self.engine.retracted_requests is None:
             self.engine.retracted_requests = 0
 
@@ -256,6 +277,34 @@ class SimRig:
     def pause_decode(self, scenario_seconds: float) -> None:
         """No decode batch for a stall of `scenario_seconds` (compressed like stalls)."""
         self.engine.pause_decode(scenario_seconds * self.clock.time_scale / self.stall_scale)
+
+    def agent(self, name: str) -> SimAgent:
+        assert self.agents is not None, "the rig has not started"
+        return self.agents[name]
+
+    def cache_session(self, agent: SimAgent) -> None:
+        """The agent's session is in the device pool, left there by its earlier turns."""
+        self.engine.advance()
+        self.engine.scheduler.remember(agent.context, agent.context_tokens)
+
+    def without_hicache(self, l1_tokens: int) -> None:
+        """The engine runs without HiCache: no host pool, and a device pool of
+        `l1_tokens` (231,914 in one of the owner's configurations, docs/facts/rig.md)."""
+        self.engine.advance()
+        self.set_engine(max_total_num_tokens=l1_tokens, hicache_host_total_tokens=None,
+                        hicache_host_used_tokens=None)
+        self.engine.scheduler.kv_capacity_tokens = l1_tokens
+        self.set_flows(dataclasses.replace(self.flows, backed_up_tokens=0.0,
+                                           storage_written_tokens=0.0))
+
+    def prefills_stall(self, stall: bool = True) -> None:
+        """Prefill (and admission) compress like stalls from now on: a prefill that
+        starves decode then lasts as long as `pause_decode`'s stall of its length,
+        and an agent's stream shows the gap the exporter judges as a stall. Off, they
+        compress like the rest (the rig's time scale)."""
+        stretch = self.clock.time_scale / self.stall_scale if stall else 1.0
+        self.engine.set_timings(dataclasses.replace(self.engine.timings,
+                                                    prefill_stretch=stretch))
 
     def wedge_scheduler(self, wedged: bool = True) -> None:
         """The scheduler hangs between batches: requests are accepted and never

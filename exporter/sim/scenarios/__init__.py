@@ -10,6 +10,7 @@ from __future__ import annotations
 from exporter.sim.scenarios import (
     engine_down,
     engine_wedged,
+    four_agents_hog,
     gpu_missing,
     healthy,
     hicache_thrash,
@@ -21,6 +22,7 @@ from exporter.sim.scenarios import (
     queue_hog,
     swap_storm,
     thermal_downclock,
+    working_set_overflow,
 )
 from exporter.sim.scenarios.base import Expect, Scenario, Step
 
@@ -31,6 +33,7 @@ SCENARIOS: dict[str, Scenario] = {
     for module in (
         healthy, prefill_starves_decode, mixed_chunk_stutter, thermal_downclock,
         power_capped, hicache_thrash, l3_miss_storm, swap_storm, kv_saturated,
-        queue_hog, engine_down, engine_wedged, gpu_missing,
+        queue_hog, engine_down, engine_wedged, gpu_missing, four_agents_hog,
+        working_set_overflow,
     )
 }
