@@ -34,10 +34,18 @@ def hwmon_dir(root: Path, card: str) -> Path:
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """The long_running modules first, the rest in their order (a stable sort):
-    pytest-xdist hands out whole files in this order, so each long one starts at
-    once on a worker of its own and the short files share the other workers."""
-    items.sort(key=lambda item: item.get_closest_marker("long_running") is None)
+    """The suite runs on pytest-xdist workers with `--dist loadfile` (pyproject.toml):
+    each file goes whole to one worker, so its module fixtures start once. The
+    long_running files come first, longest first (a stable sort): each starts at once
+    on a worker of its own and the short files fill the other workers around them.
+    (`--dist loadgroup` with a group per file, to spread some files test by test,
+    did not group them: pytest-xdist 3.8 ran one file's tests on every worker.)"""
+    items.sort(key=_expected_seconds, reverse=True)
+
+
+def _expected_seconds(item: pytest.Item) -> float:
+    marker = item.get_closest_marker("long_running")
+    return 0.0 if marker is None else marker.args[0]
 
 
 E2E_ROWS: list[e2e_report.Row] = []

@@ -18,6 +18,8 @@ import yaml
 
 from alerts.generate import RULES_PATH
 
+pytestmark = pytest.mark.long_running(36)
+
 REPO = Path(__file__).resolve().parents[2]
 ALERTS_DIR = REPO / "alerts"
 ALERTMANAGER = ALERTS_DIR / "alertmanager.yml"

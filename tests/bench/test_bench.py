@@ -21,6 +21,8 @@ from exporter.launch import free_port
 from exporter.sim.engine.scheduler import Timings
 from tests.bench.standin import B_TTFT, PAUSE, StandIn
 
+pytestmark = pytest.mark.long_running(45)
+
 REPO = Path(__file__).resolve().parents[2]
 # docs/facts/rig.md#decode-starvation: A's longest gap and B's TTFT, in seconds.
 OWNER_TABLE = {"default": (47.23, 49.43), "n=1": (4.04, 49.48), "n=4": (13.80, 49.37),

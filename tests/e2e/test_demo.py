@@ -10,7 +10,11 @@ import subprocess
 import time
 from pathlib import Path
 
+import pytest
+
 from tests.demo_process import RIGCTL, demo_running, read_until
+
+pytestmark = pytest.mark.long_running(85)
 
 
 def _alive(pid: int) -> bool:

@@ -40,7 +40,7 @@ from tests.e2e import report
 from tests.e2e.stack import LoopThread
 from tests.e2e.tiles import overview, tiles
 
-pytestmark = pytest.mark.long_running
+pytestmark = pytest.mark.long_running(170)
 
 TIME_SCALE = 10.0
 STALL_SCALE = 2.0

@@ -12,6 +12,8 @@ import pytest
 
 from tests.engines.release_timeline import play
 
+pytestmark = pytest.mark.long_running(70)
+
 BURSTS = 300
 BURST_EVERY = 8.0
 LOG_INTERVAL = 40

@@ -24,6 +24,8 @@ from exporter.web_listener import HEAD_DEADLINE_SECONDS, Listener
 from tests.conftest import SYSFS_FIXTURE
 from tests.hardening.hostile import SOURCE_UP, Scraper, open_idle, wait_closed
 
+pytestmark = pytest.mark.long_running(55)
+
 IDLE = 1100
 # Before any can have reached its deadline: an exporter that lets them pile up has run
 # out of descriptors by then (about 1 s here).

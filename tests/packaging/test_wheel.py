@@ -26,6 +26,8 @@ import pytest
 from exporter.sim.scenarios import SCENARIOS
 from tests.demo_process import demo_running, read_until
 
+pytestmark = pytest.mark.long_running(41)
+
 REPO = Path(__file__).resolve().parents[2]
 # The tour's first scenario that pages someone.
 SCENARIO = "prefill-starves-decode"

@@ -17,6 +17,8 @@ import pytest
 from tests.rigctl.canned import hot_report
 from tests.rigctl.conftest import RIGCTL, bash
 
+pytestmark = pytest.mark.long_running(55)
+
 UNKNOWN = 3
 
 

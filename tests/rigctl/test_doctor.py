@@ -43,7 +43,7 @@ from tests.rigctl.conftest import ENV, REPO, bash
 from tests.support.rig_config import write_rig_config
 from tests.support.sglang_release import ReleasePlayback, ReleaseServer
 
-pytestmark = pytest.mark.long_running  # about two and a half minutes in all
+pytestmark = pytest.mark.long_running(110)
 
 WATCH = ("--watch-seconds", "5")
 TOKEN = "glsa_test_token"

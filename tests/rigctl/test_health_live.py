@@ -21,12 +21,16 @@ from collections.abc import Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
 
+import pytest
+
 from exporter.launch import free_port, start_exporter
 from exporter.sim.engine.server import SimServer
 from exporter.sim.engine.state import SimEngine
 from exporter.sim.rig.procfs_writer import GIB, PAGE, HostSpec, write_proc
 from exporter.sim.rig.sysfs_writer import RIG_CARDS, CardSpec, write_rig
 from tests.health.rig import validate
+
+pytestmark = pytest.mark.long_running(42)
 
 REPO = Path(__file__).resolve().parents[2]
 ENV = {**os.environ, "PYTHONPATH": str(REPO)}

@@ -31,7 +31,7 @@ from exporter.sim.scenarios.player import play
 from exporter.thresholds import Thresholds
 from tests.scrape import get, serving
 
-pytestmark = pytest.mark.long_running
+pytestmark = pytest.mark.long_running(110)
 
 # The rig lives 50 times faster: a scenario second lasts 20 ms.
 TIME_SCALE = 50.0
