@@ -33,14 +33,26 @@ def hwmon_dir(root: Path, card: str) -> Path:
     return next((card_device(root, card) / "hwmon").iterdir())
 
 
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """The suite runs on pytest-xdist workers with `--dist loadfile` (pyproject.toml):
-    each file goes whole to one worker, so its module fixtures start once. The
-    long_running files come first, longest first (a stable sort): each starts at once
-    on a worker of its own and the short files fill the other workers around them.
-    (`--dist loadgroup` with a group per file, to spread some files test by test,
-    did not group them: pytest-xdist 3.8 ran one file's tests on every worker.)"""
+    """The suite runs on pytest-xdist workers with `--dist loadgroup` (pyproject.toml).
+    A test that uses a module-scoped fixture of the suite's own (an end-to-end stack, a
+    built wheel) is grouped with the rest of its file, so the file goes whole to one
+    worker and its fixture starts once; every other test goes to whichever worker is
+    free. The long_running files come first, longest first (a stable sort)."""
+    for item in items:
+        if _shares_a_fixture(item):
+            item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::")[0]))
     items.sort(key=_expected_seconds, reverse=True)
+
+
+def _shares_a_fixture(item: pytest.Item) -> bool:
+    """A fixture of the suite's (not pytest's own, whose baseid is empty) that lives
+    longer than one test."""
+    info = getattr(item, "_fixtureinfo", None)
+    return info is not None and any(
+        d.scope != "function" and d.baseid
+        for defs in info.name2fixturedefs.values() for d in defs)
 
 
 def _expected_seconds(item: pytest.Item) -> float:
