@@ -21,7 +21,7 @@ from exporter.launch import free_port
 from exporter.sim.engine.scheduler import Timings
 from tests.bench.standin import B_TTFT, PAUSE, StandIn
 
-pytestmark = pytest.mark.long_running(45)
+pytestmark = pytest.mark.long_running(43)
 
 REPO = Path(__file__).resolve().parents[2]
 # docs/facts/rig.md#decode-starvation: A's longest gap and B's TTFT, in seconds.

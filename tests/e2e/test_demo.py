@@ -14,7 +14,7 @@ import pytest
 
 from tests.demo_process import RIGCTL, demo_running, read_until
 
-pytestmark = pytest.mark.long_running(85)
+pytestmark = pytest.mark.long_running(80)
 
 
 def _alive(pid: int) -> bool:

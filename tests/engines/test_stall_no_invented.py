@@ -12,7 +12,7 @@ import pytest
 
 from tests.engines.release_timeline import play
 
-pytestmark = pytest.mark.long_running(70)
+pytestmark = pytest.mark.long_running(30)
 
 BURSTS = 300
 BURST_EVERY = 8.0

@@ -24,7 +24,7 @@ from exporter.web_listener import HEAD_DEADLINE_SECONDS, Listener
 from tests.conftest import SYSFS_FIXTURE
 from tests.hardening.hostile import SOURCE_UP, Scraper, open_idle, wait_closed
 
-pytestmark = pytest.mark.long_running(55)
+pytestmark = pytest.mark.long_running(42)
 
 IDLE = 1100
 # Before any can have reached its deadline: an exporter that lets them pile up has run

@@ -26,7 +26,7 @@ import pytest
 from exporter.sim.scenarios import SCENARIOS
 from tests.demo_process import demo_running, read_until
 
-pytestmark = pytest.mark.long_running(41)
+pytestmark = pytest.mark.long_running(45)
 
 REPO = Path(__file__).resolve().parents[2]
 # The tour's first scenario that pages someone.

@@ -17,7 +17,7 @@ import pytest
 from tests.rigctl.canned import hot_report
 from tests.rigctl.conftest import RIGCTL, bash
 
-pytestmark = pytest.mark.long_running(55)
+pytestmark = pytest.mark.long_running(11)
 
 UNKNOWN = 3
 

@@ -43,7 +43,7 @@ from tests.rigctl.conftest import ENV, REPO, bash
 from tests.support.rig_config import write_rig_config
 from tests.support.sglang_release import ReleasePlayback, ReleaseServer
 
-pytestmark = pytest.mark.long_running(110)
+pytestmark = pytest.mark.long_running(70)
 
 WATCH = ("--watch-seconds", "5")
 TOKEN = "glsa_test_token"

@@ -21,7 +21,7 @@ from exporter.command_line import EXIT_CLOSED_PIPE, EXIT_INTERRUPTED
 from exporter.launch import free_port
 from tests.rigctl.conftest import ENV, REPO, RIG_EXPORTER, RIGCTL, Ended, bash
 
-pytestmark = pytest.mark.long_running(65)
+pytestmark = pytest.mark.long_running(40)
 
 OK, CRITICAL, UNKNOWN = 0, 2, 3
 

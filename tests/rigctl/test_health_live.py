@@ -30,7 +30,7 @@ from exporter.sim.rig.procfs_writer import GIB, PAGE, HostSpec, write_proc
 from exporter.sim.rig.sysfs_writer import RIG_CARDS, CardSpec, write_rig
 from tests.health.rig import validate
 
-pytestmark = pytest.mark.long_running(42)
+pytestmark = pytest.mark.long_running(25)
 
 REPO = Path(__file__).resolve().parents[2]
 ENV = {**os.environ, "PYTHONPATH": str(REPO)}

@@ -79,7 +79,7 @@ POLL_SECONDS = 5.0
 MIN_POLL_REAL_SECONDS = 0.05
 ENOUGH_SAMPLES = 4
 CROSSED = ("pending", "firing")
-# Played by tests/e2e only (at x10): four-agents-hog's 10-minute unbounded answer is
+# Played by tests/e2e only (at x15): four-agents-hog's 10-minute unbounded answer is
 # some 47,000 tokens, 3,500 a second at x50, and in this one process the scheduler
 # model alone costs about 50 us a token, its frames through the tap and the client
 # more again: the process falls behind the rig's clock and the tap sees a trickle.

@@ -95,6 +95,7 @@ class SimRig:
         self._ticker: asyncio.Task[None] | None = None
         self._last_tick = 0.0
         self._written_cpu: float | None | str = "unwritten"
+        self._written_host: HostSpec | None = None
         self.phase = "idle"
         #: Clock time at which the scenario playing now started (scenario seconds).
         self.scenario_started_at: float | None = None
@@ -132,6 +133,8 @@ class SimRig:
             else:
                 for tree in (self.sysfs_root, self.proc_root, self.directory / "agents"):
                     shutil.rmtree(tree, ignore_errors=True)
+            # The files are gone: a restarted rig writes them again.
+            self._written_host, self._written_cpu = None, "unwritten"
 
     async def __aenter__(self) -> SimRig:
         return await self.start()
@@ -387,7 +390,7 @@ class SimRig:
 
     def _write_host(self) -> None:
         host = self.host
-        write_proc(self.proc_root, HostSpec(
+        spec = HostSpec(
             memory_total_bytes=int(host.memory_total_bytes),
             memory_available_bytes=int(host.memory_available_bytes),
             swap_total_bytes=int(host.swap_total_bytes),
@@ -396,7 +399,10 @@ class SimRig:
             swap_out_pages=int(host.swap_out_bytes_total // PAGE),
             pressure_some_us=int(host.pressure_some_seconds * 1e6),
             pressure_full_us=int(host.pressure_full_seconds * 1e6),
-        ))
+        )
+        if spec != self._written_host:  # most ticks change nothing the host files show
+            write_proc(self.proc_root, spec)
+            self._written_host = spec
         if host.cpu_celsius != self._written_cpu:
             write_cpu_hwmon(self.sysfs_root, host.cpu_celsius)
             self._written_cpu = host.cpu_celsius
