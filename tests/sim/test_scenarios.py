@@ -23,6 +23,7 @@ import pytest
 
 from alerts.generate import build
 from alerts.timescale import COMPARED_AGES, scaled_thresholds
+from exporter import event_loop
 from exporter.engines.stall.readers import BODY_REUSE_SECONDS
 from exporter.runtime import Exporter
 from exporter.sim.rig.simrig import SimRig
@@ -236,7 +237,7 @@ async def observe(scenario: Scenario) -> tuple[list[Sample], list[Sample]]:
 @pytest.mark.parametrize("name", sorted(set(SCENARIOS) - E2E_ONLY))
 def test_scenario_crosses_exactly_its_alerts(name: str) -> None:
     scenario = SCENARIOS[name]
-    lead_in, fault = asyncio.run(asyncio.wait_for(observe(scenario), 180))
+    lead_in, fault = event_loop.run(asyncio.wait_for(observe(scenario), 180))
     # The lead-in is short in real time; the healthy scenario itself must get its samples.
     assert crossings(lead_in) == set(), "the lead-in crossed a condition"
     assert unknown(lead_in) == set(), "a check could not tell in the lead-in"
