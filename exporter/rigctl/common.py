@@ -45,6 +45,12 @@ def http_url(text: str) -> str:
     return text.rstrip("/")
 
 
+def add_exporter_argument(parser: argparse.ArgumentParser) -> None:
+    """--exporter, for the subcommands that read a rig exporter."""
+    parser.add_argument("--exporter", type=http_url, default=DEFAULT_EXPORTER, metavar="URL",
+                        help=f"the rig exporter (default {DEFAULT_EXPORTER})")
+
+
 def positive(kind: type[int] | type[float]):
     def parse(text: str) -> int | float:
         try:

@@ -22,12 +22,12 @@ from exporter.doctor.examine import MIN_WATCH_SECONDS, Request, examine
 from exporter.doctor.grafana import TokenAccess
 from exporter.doctor.report import Status, Verdict
 from exporter.rigctl.common import (
-    DEFAULT_EXPORTER,
     EXIT_ENDINGS,
     EXIT_UNKNOWN,
     Unreachable,
     access_from_args,
     add_access_arguments,
+    add_exporter_argument,
     coloured,
     help_formatter,
     http_url,
@@ -63,8 +63,7 @@ def add_parser(commands: argparse._SubParsersAction) -> argparse.ArgumentParser:
     doctor = commands.add_parser(
         "doctor", help="does the rig hold the exporter's assumptions? one check per concern",
         description=__doc__.split("\n\n")[1], epilog=EXAMPLES, formatter_class=help_formatter)
-    doctor.add_argument("--exporter", type=http_url, default=DEFAULT_EXPORTER, metavar="URL",
-                        help=f"the rig exporter (default {DEFAULT_EXPORTER})")
+    add_exporter_argument(doctor)
     doctor.add_argument("--config.file", dest="config_file", metavar="PATH",
                         help="the exporter's config (rig.toml): its engines, sysfs_root, "
                              "metrics_dir and [thresholds]")

@@ -26,6 +26,7 @@ from exporter.rigctl.common import (
     Unreachable,
     access_from_args,
     add_access_arguments,
+    add_exporter_argument,
     coloured,
     get_json,
     help_formatter,
@@ -62,8 +63,7 @@ def add_parser(commands: argparse._SubParsersAction) -> argparse.ArgumentParser:
     health = commands.add_parser(
         "health", help="is the rig healthy? one line per check, worst first",
         description=__doc__.split("\n\n")[1], epilog=EXAMPLES, formatter_class=help_formatter)
-    health.add_argument("--exporter", type=http_url, default=DEFAULT_EXPORTER, metavar="URL",
-                        help=f"the rig exporter (default {DEFAULT_EXPORTER})")
+    add_exporter_argument(health)
     health.add_argument("--json", action="store_true",
                         help="print the report as JSON (exporter/health/health.schema.json)")
     health.add_argument("--prometheus", type=http_url, metavar="URL",
