@@ -312,6 +312,11 @@ OVERVIEW = overview(TIME_SCALE, STALL_SCALE)
 # first request that does not fit) past its deadline, so one probe fails and the
 # Engines tile says so; RigEngineWedged needs 5 min of failed probes.
 TILES_SHORT_OF_AN_ALERT = {"four-agents-hog": {"Engines"}}
+# The colour a tile may take in any scenario, because of the machine and not the rig:
+# with stalls compressed twice, the longest gap's orange step (the 2 s stutter) is 1 s
+# of real time, which a loaded 2-core box's scheduling alone reaches (a probe's gap of
+# 1.33 s, seen once with six test workers busy). Red (the starvation's 5 s) stays stray.
+HICCUP_COLOURS = {"Decode: longest gap": "(orange)"}
 
 
 @pytest.mark.parametrize("scenario", SCENARIO_LIST, ids=[s.name for s in SCENARIO_LIST])
@@ -328,5 +333,6 @@ def test_overview_tile_for_the_scenario_turns_and_no_other(run: Run,
     assert not quiet, f"{scenario.name}: tiles that should cross and did not: {quiet}"
     also = TILES_SHORT_OF_AN_ALERT.get(scenario.name, set())
     stray = [f"{t.title}: {t.crossed}" for t in found
-             if t.crossed and not t.shows & expected and t.title not in also]
+             if t.crossed and not t.shows & expected and t.title not in also
+             and not all(row.endswith(HICCUP_COLOURS.get(t.title, "?")) for row in t.crossed)]
     assert not stray, f"{scenario.name}: tiles that crossed for nothing expected: {stray}"
