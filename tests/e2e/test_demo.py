@@ -16,6 +16,9 @@ from tests.demo_process import RIGCTL, demo_running, read_until
 
 pytestmark = pytest.mark.long_running(80)
 
+# How late a stalled stream may resume on a loaded 2-core box, in real seconds.
+LATE_RESUME_SECONDS = 1.5
+
 
 def _alive(pid: int) -> bool:
     try:
@@ -93,6 +96,9 @@ def test_the_pages_read_the_stall_in_the_rigs_time() -> None:
     # Paged while the stall went on: past the 10 s threshold, short of the whole.
     assert 10 <= firing <= resolved, output
     # The resolution carries the last value seen: the tracker's whole stall, or
-    # the gap of a probe that started during it (at least 3/4 of it here).
-    assert 0.6 * stated <= resolved <= 1.1 * stated, output
+    # the gap of a probe that started during it (at least 3/4 of it here). A loaded
+    # box resumes the stream late (1.35 s of real time once, with six test workers
+    # busy), which reads that many seconds longer at the demo's stall scale.
+    scale = float(re.search(r"decode stalls only ([\d.]+)x", output).group(1))
+    assert 0.6 * stated <= resolved <= 1.1 * stated + LATE_RESUME_SECONDS * scale, output
     assert "alert at 10s" in output  # the threshold in rig time too, not the 5 s it is here
