@@ -17,6 +17,7 @@ import pytest
 import yaml
 
 from alerts.generate import RULES_PATH
+from tests.support.priority import NICED
 
 pytestmark = pytest.mark.long_running(33)
 
@@ -35,8 +36,8 @@ def _tool(name: str) -> str:
 
 def _run(tool: str, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [_tool(tool), *args], cwd=REPO, capture_output=True, text=True, timeout=120, check=False
-    )
+        [*NICED, _tool(tool), *args], cwd=REPO, capture_output=True, text=True, timeout=120,
+        check=False)
 
 
 @cache

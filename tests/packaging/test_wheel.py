@@ -25,6 +25,7 @@ import pytest
 
 from exporter.sim.scenarios import SCENARIOS
 from tests.demo_process import demo_running, read_until
+from tests.support.priority import NICED
 
 pytestmark = pytest.mark.long_running(45)
 
@@ -66,14 +67,14 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Installed:
     root = tmp_path_factory.mktemp("wheel")
     assert not root.is_relative_to(REPO)
     source = _checkout_copy(root / "source")
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps",
+    subprocess.run([*NICED, sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps",
                     "--no-build-isolation", "--no-index", "--wheel-dir", str(root / "dist"),
                     str(source)], cwd=root, check=True, capture_output=True)
     (wheel,) = (root / "dist").glob("rig_telemetry-*.whl")
     venv = root / "venv"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
     python = str(venv / "bin" / "python")
-    subprocess.run([sys.executable, "-m", "pip", "--python", python, "install", "--quiet",
+    subprocess.run([*NICED, sys.executable, "-m", "pip", "--python", python, "install", "--quiet",
                     "--no-deps", "--no-index", str(wheel)], cwd=root, check=True,
                    capture_output=True)
     site_packages = Path(subprocess.run(
