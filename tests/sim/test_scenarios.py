@@ -51,12 +51,8 @@ DEFAULT_STALL_SCALE = 2.0
 STALL_SCALES = {"prefill-starves-decode": 20.0, "mixed-chunk-stutter": 0.5,
                 "engine-wedged": 5.0}
 # The rig's time scale in the fault, where it is not TIME_SCALE: the stutter's
-# prefills come a minute apart, which x6 makes 10 s for its 8 s pauses. The thrash's
-# churn must hold 10 min of rates over 5 min windows, 12 s at x50: with six test
-# workers busy the rig's process fell behind and it crossed late or not at all (twice
-# in a row), so it plays at x25.
-FAULT_TIME_SCALES = {"prefill-starves-decode": 20.0, "mixed-chunk-stutter": 6.0,
-                     "hicache-thrash": 25.0}
+# prefills come a minute apart, which x6 makes 10 s for its 8 s pauses.
+FAULT_TIME_SCALES = {"prefill-starves-decode": 20.0, "mixed-chunk-stutter": 6.0}
 # SGLang 0.5.23's in-flight count sees only requests that stream over HTTP, so the
 # stall tracker sees a stall only while a stream probe waits in it: in the stall
 # scenarios a probe starts every 0.25 s, and one waits in nearly all of a pause.
