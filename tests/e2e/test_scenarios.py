@@ -337,5 +337,11 @@ def test_overview_tile_for_the_scenario_turns_and_no_other(run: Run,
     also = TILES_SHORT_OF_AN_ALERT.get(scenario.name, set())
     stray = [f"{t.title}: {t.crossed}" for t in found
              if t.crossed and not t.shows & expected and t.title not in also
-             and not all(row.endswith(HICCUP_COLOURS.get(t.title, "?")) for row in t.crossed)]
+             and not _only_hiccups(t)]
     assert not stray, f"{scenario.name}: tiles that crossed for nothing expected: {stray}"
+
+
+def _only_hiccups(tile) -> bool:
+    """Every series past a threshold sits at the colour the machine alone can reach."""
+    colour = HICCUP_COLOURS.get(tile.title)
+    return colour is not None and all(row.endswith(colour) for row in tile.crossed)
