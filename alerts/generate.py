@@ -31,7 +31,7 @@ from alerts.rules.hicache import hicache_alerts
 from alerts.rules.host import host_alerts
 from alerts.rules.recording import recording_rules
 from alerts.timescale import scaled_alert, scaled_rule, scaled_thresholds
-from exporter.checkout import in_checkout
+from exporter.process.source_tree import in_checkout
 from exporter.thresholds import Thresholds, thresholds_from_config
 
 # The committed rules, in a checkout only: they are not package data.

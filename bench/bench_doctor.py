@@ -29,7 +29,7 @@ from loopback import ROOT
 
 sys.path.insert(0, str(ROOT))  # tests.support, the release playback
 
-from exporter.launch import free_port, start_exporter  # noqa: E402
+from exporter.process.launch import free_port, start_exporter  # noqa: E402
 from tests.support.rig_config import write_rig_config  # noqa: E402
 from tests.support.sglang_release import ReleasePlayback, ReleaseServer  # noqa: E402
 

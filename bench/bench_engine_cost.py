@@ -176,7 +176,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=float, default=30.0)
     args = parser.parse_args()
-    from exporter.launch import free_port
+    from exporter.process.launch import free_port
 
     directory = tempfile.mkdtemp(prefix="sglang-prom-")
     context = multiprocessing.get_context("spawn")

@@ -26,7 +26,7 @@ from pathlib import Path
 from bench_load import load
 
 from exporter.config import GpuConfig
-from exporter.launch import start_exporter
+from exporter.process.launch import start_exporter
 
 FIXTURE = Path(__file__).resolve().parent.parent / "tests" / "fixtures" / "sys"
 

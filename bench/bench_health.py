@@ -24,7 +24,7 @@ import urllib.request
 
 from loopback import ROOT, start_sim_engine
 
-from exporter.launch import start_exporter
+from exporter.process.launch import start_exporter
 
 sys.path.insert(0, str(ROOT))  # tests.health.rig, for the in-process half
 FIXTURE = ROOT / "tests" / "fixtures" / "sys"

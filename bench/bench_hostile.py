@@ -39,7 +39,7 @@ from loopback import ROOT
 
 sys.path.insert(0, str(ROOT))  # tests.hardening.hostile: the clients the tests use
 
-from exporter.launch import start_exporter  # noqa: E402
+from exporter.process.launch import start_exporter  # noqa: E402
 from tests.hardening.hostile import (  # noqa: E402
     Scraper,
     basic_auth,

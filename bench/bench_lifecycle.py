@@ -29,7 +29,7 @@ from pathlib import Path
 import aiohttp
 from loopback import ROOT, start_sim_engine
 
-from exporter.launch import free_port, start_exporter
+from exporter.process.launch import free_port, start_exporter
 
 FIXTURE_SYSFS = ROOT / "tests" / "fixtures" / "sys"
 TOKENS = 100

@@ -23,7 +23,7 @@ import psutil
 from bench_metrics import cpu_seconds, exporter_args
 from loopback import start_node_exporter, start_sim_engine
 
-from exporter.launch import Process, start_exporter
+from exporter.process.launch import Process, start_exporter
 
 
 async def load(url: str, clients: int, seconds: float) -> dict[str, float]:

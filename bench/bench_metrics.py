@@ -24,7 +24,7 @@ import urllib.request
 import psutil
 from loopback import ROOT, start_node_exporter, start_sim_engine
 
-from exporter.launch import Process, start_exporter
+from exporter.process.launch import Process, start_exporter
 
 FIXTURE = ROOT / "tests" / "fixtures" / "sys"
 

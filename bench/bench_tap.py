@@ -49,7 +49,7 @@ from aiohttp import web
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from exporter.launch import Process, free_port, start_exporter, wait_ready  # noqa: E402
+from exporter.process.launch import Process, free_port, start_exporter, wait_ready  # noqa: E402
 
 TICKS = os.sysconf("SC_CLK_TCK")
 
@@ -141,8 +141,8 @@ class EngineSide(asyncio.Protocol):
 
 def serve_floor(listen_port: int, engine_port: int) -> None:
     """The least a Python relay costs here: bytes in, bytes out; no HTTP, no timing. On
-    the loop the exporter would use (exporter.event_loop)."""
-    from exporter import event_loop
+    the loop the exporter would use (exporter.process.event_loop)."""
+    from exporter.process import event_loop
 
     async def main() -> None:
         await asyncio.get_running_loop().create_server(lambda: ClientSide(engine_port),
@@ -353,7 +353,7 @@ def main() -> None:
          "--engine", f"main=http://127.0.0.1:{engine_port},stall_tracker=false,"
                      f"tap_listen_address=127.0.0.1:{tap_port}"],
         None, wait=False, uvloop=not args.no_uvloop)
-    # What exporter.event_loop picks in the child.
+    # What exporter.process.event_loop picks in the child.
     loop = "uvloop" if not args.no_uvloop and importlib.util.find_spec("uvloop") else "asyncio"
     direct = Relay("direct", f"http://127.0.0.1:{engine_port}")
     relays = [Relay("tap", f"http://127.0.0.1:{tap_port}", exporter)]

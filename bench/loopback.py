@@ -1,4 +1,4 @@
-"""What the benchmarks share beside `exporter.launch` (the exporter, the free port,
+"""What the benchmarks share beside `exporter.process.launch` (the exporter, the free port,
 waiting for a server): the simulated SGLang server and node_exporter as children."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import shutil
 import sys
 from pathlib import Path
 
-from exporter.launch import Process, free_port, wait_ready
+from exporter.process.launch import Process, free_port, wait_ready
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -29,7 +29,7 @@ from typing import Any
 from grafanalib._gen import DashboardEncoder
 
 from dashboards.clean import clean
-from exporter.checkout import in_checkout
+from exporter.process.source_tree import in_checkout
 from exporter.thresholds import Thresholds, thresholds_from_config
 
 DASHBOARDS_DIR = Path(__file__).parent

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from exporter.log_limits import REPEAT_INTERVAL_SECONDS
+from exporter.process.log_limits import REPEAT_INTERVAL_SECONDS
 from exporter.thresholds import Thresholds
 
 DEFAULT_LISTEN_ADDRESS = "127.0.0.1:9842"
@@ -84,12 +84,12 @@ class WebConfig:
     # Below Prometheus' default 10 s scrape timeout, so a slow source costs its
     # own readings and not the whole scrape.
     scrape_deadline_seconds: float = 8.0
-    # TLS and basic auth, in the exporter-toolkit's format (exporter/web_security.py).
+    # TLS and basic auth, in the exporter-toolkit's format (exporter/web/security.py).
     config_file: str | None = None
     # One line per request is noise at a 15 s scrape; on when debugging.
     access_log: bool = False
     # Connections served at once, as Prometheus' own --web.max-connections (512); the
-    # open-file limit may lower it (exporter/web_listener.py).
+    # open-file limit may lower it (exporter/web/listener.py).
     max_connections: int = 512
 
     @property
@@ -168,7 +168,7 @@ class Config:
     thresholds: Thresholds = field(default_factory=Thresholds)
     log_level: str = "info"
     # A failure that goes on is told again, with its count, once this often
-    # (exporter/log_limits.py).
+    # (exporter/process/log_limits.py).
     log_repeat_interval_seconds: float = REPEAT_INTERVAL_SECONDS
 
 

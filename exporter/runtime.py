@@ -24,7 +24,7 @@ from exporter.engines.probe import ProbeSource
 from exporter.engines.source import EngineSource
 from exporter.health.monitor import HealthMonitor
 from exporter.health.report import Report
-from exporter.log_limits import Conditions
+from exporter.process.log_limits import Conditions
 from exporter.snapshot import Snapshot, Source, SourceRunner
 from exporter.sources.gpu import GpuSource
 from exporter.sources.host import HostSource

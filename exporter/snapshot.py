@@ -15,7 +15,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Protocol
 
-from exporter.log_limits import Conditions
+from exporter.process.log_limits import Conditions
 
 log = logging.getLogger(__name__)
 
@@ -92,7 +92,7 @@ class SourceRunner:
 
     Changes are logged, not every failure, so a down engine does not write a line per
     scrape; a failure that goes on is told again once an interval with its count
-    (exporter/log_limits.py). `conditions` carries that state over a reload.
+    (exporter/process/log_limits.py). `conditions` carries that state over a reload.
     """
 
     def __init__(self, sources: Iterable[Source], deadline_seconds: float,

@@ -10,7 +10,7 @@ from aiohttp.test_utils import TestServer
 from prometheus_client.parser import text_string_to_metric_families
 
 from exporter.runtime import Exporter
-from exporter.web import make_app
+from exporter.web.app import make_app
 
 Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
 

@@ -6,7 +6,6 @@ from pathlib import Path
 
 import pytest
 
-from exporter.cli import FLAGS, build_parser, config_from_args, main
 from exporter.config import (
     DEFAULT_LISTEN_ADDRESS,
     Config,
@@ -15,6 +14,7 @@ from exporter.config import (
     WebConfig,
     load_config,
 )
+from exporter.daemon.cli import FLAGS, build_parser, config_from_args, main
 
 
 def config_for(argv: list[str]):

@@ -1,4 +1,4 @@
-"""exporter/log_limits.py on a clock the test moves: what is told, what is counted."""
+"""exporter/process/log_limits.py on a clock the test moves: what is told, what is counted."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from exporter import log_limits
-from exporter.log_limits import (
+from exporter.process import log_limits
+from exporter.process.log_limits import (
     MAX_CHANGES_PER_INTERVAL,
     MAX_LINE_CHARS,
     MAX_MESSAGE_CHARS,

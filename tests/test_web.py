@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from exporter.config import load_config
-from exporter.launch import start_exporter
+from exporter.process.launch import start_exporter
 from exporter.runtime import Exporter
 from exporter.sim.rig.procfs_writer import HostSpec, write_proc
 from exporter.sim.rig.sysfs_writer import remove_card

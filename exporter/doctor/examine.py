@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 import aiohttp
 
+from exporter.client.http import NO_ACCESS, Access
 from exporter.config import Config, EngineConfig
 from exporter.doctor.context import Context
 from exporter.doctor.engine import engine_checks
@@ -28,7 +29,6 @@ from exporter.doctor.prometheus import prometheus_checks
 from exporter.doctor.report import Check, Verdict, skip
 from exporter.doctor.watch import Scrape, Watch, scrape
 from exporter.engines.probe import ProbeResult, StreamProbe
-from exporter.rigctl.common import NO_ACCESS, Access
 
 MIN_WATCH_SECONDS = 5.0
 #: The probe's stream gets this long beyond its own deadline before the watch ends without it.

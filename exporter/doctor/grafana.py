@@ -17,10 +17,9 @@ from urllib.parse import urlsplit
 
 from alerts.rules.common import dur
 from alerts.timescale import seconds
+from exporter.client.http import Access, Unreachable, get_json, items
 from exporter.doctor.context import Context
 from exporter.doctor.report import Check, fail, ok, skip, warn
-from exporter.rigctl.answers import items
-from exporter.rigctl.common import Access, Unreachable, get_json
 
 #: Grafana's own default for a Prometheus data source without timeInterval.
 DEFAULT_TIME_INTERVAL = "15s"

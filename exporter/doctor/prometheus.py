@@ -20,10 +20,9 @@ from urllib.parse import urlsplit
 
 from alerts.generate import build
 from alerts.timescale import seconds
+from exporter.client.http import Unreachable, field, get_json, items
 from exporter.doctor.context import Context
 from exporter.doctor.report import Check, fail, ok, warn
-from exporter.rigctl.answers import field, items
-from exporter.rigctl.common import Unreachable, get_json
 from exporter.thresholds import Thresholds
 
 #: Rates over the rules' windows and $__rate_interval assume this at most.

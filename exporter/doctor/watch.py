@@ -11,9 +11,8 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
+from exporter.client.http import Access, BadAnswer, get_text
 from exporter.engines.exposition import Sample, parse
-from exporter.rigctl.answers import BadAnswer, get_text
-from exporter.rigctl.common import Access
 
 #: The families the checks read, by the name on their TYPE line.
 FAMILIES = frozenset({

@@ -23,7 +23,7 @@ import aiohttp
 
 from exporter.config import EngineConfig
 from exporter.engines.source import EngineSource
-from exporter.log_limits import Conditions
+from exporter.process.log_limits import Conditions
 from exporter.snapshot import SourceError
 from exporter.streams import Histogram, StreamMeter
 

@@ -33,7 +33,7 @@ from exporter.engines.stall.readers import (
     MultiprocReader,
 )
 from exporter.engines.stall.tracker import StallPoller, StallState
-from exporter.log_limits import Conditions
+from exporter.process.log_limits import Conditions
 from exporter.snapshot import SourceError
 
 log = logging.getLogger(__name__)

@@ -19,7 +19,7 @@ examples:
 
 `rigctl COMMAND --help` says more about each. One module per subcommand; each
 has `add_parser(commands)` and `run(args, out)`. How a command ends (Ctrl-C, a
-closed pipe, a bad flag) is `exporter.command_line`'s, for all of them.
+closed pipe, a bad flag) is `exporter.process.endings`'s, for all of them.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from collections.abc import Sequence
 from typing import TextIO
 
 from exporter import __version__
-from exporter.command_line import Interrupted, run_guarded
+from exporter.process.endings import Interrupted, run_guarded
 
 COMMANDS = ("demo", "health", "doctor", "probe", "bench", "sim")
 

@@ -20,12 +20,12 @@ from typing import Any, TextIO
 
 import aiohttp
 
-from exporter.command_line import Interrupted
 from exporter.experiments.engine import APIS, EngineRefused
 from exporter.experiments.report import ReportError, print_report, print_starvation, print_sweep
 from exporter.experiments.starvation import StarvationSettings, run_starvation
 from exporter.experiments.stream import StreamFailed
 from exporter.experiments.sweep import SweepSettings, run_sweep
+from exporter.process.endings import Interrupted
 from exporter.rigctl.common import (
     EXIT_CRITICAL,
     EXIT_ENDINGS,

@@ -1,22 +1,18 @@
-"""What every rigctl subcommand shares: exit codes, the parser, a small JSON
-HTTP client, and the terminal's colours."""
+"""What every rigctl subcommand shares: exit codes, the parser, the access flags
+(exporter.client reads the answers), and the terminal's colours."""
 
 from __future__ import annotations
 
 import argparse
-import base64
 import os
 import ssl
-import urllib.request
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TextIO
 from urllib.parse import urlsplit
 
-from exporter.command_line import CLOSED_PIPE_HELP, INTERRUPTED_HELP, OneLineErrors
+from exporter.client.http import Access, Unreachable
 from exporter.config import DEFAULT_LISTEN_ADDRESS
-from exporter.rigctl import answers
-from exporter.rigctl.answers import BadAnswer, Unreachable  # noqa: F401  (re-exported)
+from exporter.process.endings import CLOSED_PIPE_HELP, INTERRUPTED_HELP, OneLineErrors
 
 # Nagios plugin exit codes: a monitoring system can run rigctl as a check.
 EXIT_OK, EXIT_WARNING, EXIT_CRITICAL, EXIT_UNKNOWN = 0, 1, 2, 3
@@ -65,26 +61,6 @@ def positive(kind: type[int] | type[float]):
     return parse
 
 
-@dataclass(frozen=True)
-class Access:
-    """How to reach an exporter behind `--web.config.file`: basic auth and a CA to trust."""
-
-    user: str | None = None
-    password: str = ""
-    ca_file: str | None = None
-
-    def request(self, url: str) -> urllib.request.Request:
-        request = urllib.request.Request(url)
-        if self.user is not None:
-            token = base64.b64encode(f"{self.user}:{self.password}".encode()).decode()
-            request.add_header("Authorization", f"Basic {token}")
-        return request
-
-    def tls(self) -> ssl.SSLContext | None:
-        return None if self.ca_file is None else ssl.create_default_context(cafile=self.ca_file)
-
-
-NO_ACCESS = Access()
 
 
 def add_access_arguments(parser: argparse.ArgumentParser) -> None:
@@ -112,11 +88,6 @@ def access_from_args(args: argparse.Namespace) -> Access:
         except (OSError, ssl.SSLError) as exc:
             raise Unreachable(f"--ca-file {args.ca_file}: {exc}") from exc
     return Access(args.user, password, args.ca_file)
-
-
-def get_json(url: str, timeout: float, access: Access = NO_ACCESS) -> Any:
-    """JSON from `url` within `timeout` seconds in all; Unreachable (or BadAnswer) else."""
-    return answers.get_json(url, timeout, access)
 
 
 # ANSI colours, only when writing to a terminal.

@@ -33,8 +33,8 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TextIO
 
-from exporter.command_line import Interrupted, Say
-from exporter.launch import ExporterProcess, Process, start_exporter
+from exporter.process.endings import Interrupted, Say
+from exporter.process.launch import ExporterProcess, Process, start_exporter
 from exporter.rigctl.common import EXIT_ENDINGS, EXIT_OK, EXIT_UNKNOWN
 from exporter.rigctl.stack import Monitoring, Notification, WebhookReceiver
 from exporter.sim.rig.simrig import SimRig

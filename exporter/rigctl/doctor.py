@@ -17,6 +17,7 @@ import sys
 from pathlib import Path
 from typing import TextIO
 
+from exporter.client.http import Unreachable
 from exporter.config import ConfigError, load_config, read_config_file
 from exporter.doctor.examine import MIN_WATCH_SECONDS, Request, examine
 from exporter.doctor.grafana import TokenAccess
@@ -24,7 +25,6 @@ from exporter.doctor.report import Status, Verdict
 from exporter.rigctl.common import (
     EXIT_ENDINGS,
     EXIT_UNKNOWN,
-    Unreachable,
     access_from_args,
     add_access_arguments,
     add_exporter_argument,

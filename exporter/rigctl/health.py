@@ -14,7 +14,7 @@ import sys
 import time
 from typing import Any, TextIO
 
-from exporter.rigctl.answers import health_report, items
+from exporter.client.http import BadAnswer, Unreachable, get_json, health_report, items
 from exporter.rigctl.common import (
     DEFAULT_EXPORTER,
     EXIT_CODES,
@@ -22,13 +22,10 @@ from exporter.rigctl.common import (
     EXIT_OK,
     EXIT_UNKNOWN,
     EXIT_WARNING,
-    BadAnswer,
-    Unreachable,
     access_from_args,
     add_access_arguments,
     add_exporter_argument,
     coloured,
-    get_json,
     help_formatter,
     http_url,
     is_tty,
@@ -85,7 +82,7 @@ def run(args: argparse.Namespace, out: TextIO) -> int:
     if args.watch is None:
         return once(args, out)
     drawn = 0
-    while True:  # until --count, Ctrl-C or a closed pipe (exporter.command_line)
+    while True:  # until --count, Ctrl-C or a closed pipe (exporter.process.endings)
         if is_tty(out):
             out.write("\033[H\033[2J")  # home and clear: redraw in place
         elif drawn:

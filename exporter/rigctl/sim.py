@@ -6,7 +6,7 @@ import argparse
 import sys
 from typing import TextIO
 
-from exporter.command_line import CLOSED_PIPE_HELP
+from exporter.process.endings import CLOSED_PIPE_HELP
 from exporter.sim import __main__ as sim_main
 
 EXIT_CODES = f"""exit status:

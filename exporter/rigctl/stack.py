@@ -26,7 +26,7 @@ from aiohttp import web
 from alerts import ALERTMANAGER_CONFIG
 from alerts.generate import render
 from alerts.timescale import scaled_alertmanager
-from exporter.launch import Process, free_port, wait_ready
+from exporter.process.launch import Process, free_port, wait_ready
 from exporter.thresholds import Thresholds
 
 # The scrape job of deploy/prometheus.yml.

@@ -28,9 +28,9 @@ import sys
 from collections.abc import Sequence
 from typing import TextIO
 
-from exporter.command_line import Say, run_guarded
-from exporter.sim.rig.control import RigControl
-from exporter.sim.rig.control import __doc__ as CONTROL_DOC
+from exporter.process.endings import Say, run_guarded
+from exporter.sim.control import RigControl
+from exporter.sim.control import __doc__ as CONTROL_DOC
 from exporter.sim.rig.simrig import SimRig
 from exporter.sim.scenarios import SCENARIOS
 

@@ -3,7 +3,7 @@
 Every reading is optional: a file that is missing, unreadable (EPERM while the
 card is runtime-suspended), garbage, truncated or too long leaves that one field
 None. Its failure is logged when it starts, once an interval while it lasts, and
-when the file reads again (exporter/log_limits.py). Units are converted to base
+when the file reads again (exporter/process/log_limits.py). Units are converted to base
 units here.
 File names and units: docs/facts/amdgpu.md (`amdgpu_pm.c`, `pci-sysfs.c`).
 """
@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TypeVar
 
-from exporter.log_limits import Conditions
+from exporter.process.log_limits import Conditions
 from exporter.snapshot import SourceError
 from exporter.sources import gpu_metrics
 from exporter.sources.energy_counter import EnergyCounter

@@ -11,7 +11,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from exporter.log_limits import Conditions
+from exporter.process.log_limits import Conditions
 from exporter.snapshot import SourceError
 from exporter.sources.blocking import BlockingRead
 from exporter.sources.files import read_capped

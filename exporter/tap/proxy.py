@@ -22,7 +22,7 @@ from aiohttp import web
 from multidict import CIMultiDict, CIMultiDictProxy
 from yarl import URL
 
-from exporter.log_limits import Conditions
+from exporter.process.log_limits import Conditions
 from exporter.tap.asks import StreamAsk
 from exporter.tap.state import Flight, LiveStream, TapState
 

@@ -14,8 +14,8 @@ import logging
 from aiohttp import web
 
 from exporter.config import EngineConfig
+from exporter.process.stopping import STOP_GRACE_SECONDS
 from exporter.snapshot import SourceError
-from exporter.stopping import STOP_GRACE_SECONDS
 from exporter.tap.proxy import TapProxy
 from exporter.tap.state import TapReading, TapState
 

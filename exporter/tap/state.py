@@ -125,6 +125,7 @@ class TapState:
         self.window = GapWindow(self.window_seconds)
         self.book = AgentBook()
         self.tallies: dict[str, AgentTally] = {}
+        self.flights: dict[str, set[Flight]] = {}
         self._waiting: Counter[str] = Counter()
         self.mark = Mark(self.clock(), {}, frozenset())
         self.set_agents(self.agents)
@@ -140,6 +141,8 @@ class TapState:
         self.book = AgentBook(self.agents)
         self.tallies = {name: self.tallies.get(name) or AgentTally(name, self.window_seconds)
                         for name in self.book.names}
+        #: Each agent's streaming requests in flight, from named to end.
+        self.flights = {name: self.flights.get(name, set()) for name in self.book.names}
 
     # --- a request's life ------------------------------------------------------
 
@@ -166,7 +169,7 @@ class TapState:
             return
         flight.ended = True
         if flight.tally is not None:
-            flight.tally.flights.discard(flight)
+            self.flights.get(flight.tally.name, set()).discard(flight)
         self._stop_waiting(flight)
 
     def open(self, sent_at: float, flight: Flight | None = None) -> LiveStream:
@@ -278,7 +281,7 @@ class TapState:
         starved.update((by, s) for by, s in tally.starved.items() if by in starved)
         longest_gap = tally.gaps.longest(now)
         views = []
-        for flight in sorted(tally.flights, key=lambda f: f.sent_at):
+        for flight in sorted(self.flights[tally.name], key=lambda f: f.sent_at):
             stream = flight.stream
             open_gap = None if stream is None else stream.meter.timer.open_gap(now)
             if open_gap is not None:
@@ -295,7 +298,7 @@ class TapState:
         return AgentReading(
             name=tally.name,
             requests=dict(tally.requests),
-            streams_active=sum(1 for f in tally.flights if f.stream is not None),
+            streams_active=sum(1 for f in self.flights[tally.name] if f.stream is not None),
             prompt_tokens=tally.prompt_tokens,
             cached_prompt_tokens=tally.cached_prompt_tokens,
             generated_tokens=tally.generated_tokens,
@@ -321,7 +324,7 @@ class TapState:
         if flight.entered or flight.ended or flight.tally is None:
             return
         flight.entered = True
-        flight.tally.flights.add(flight)
+        self.flights[flight.tally.name].add(flight)
         if flight.ask is not None and not flight.ask.bounded:
             flight.tally.unbounded_requests += 1
         if flight.stream is None or not flight.stream.ttft_seen:

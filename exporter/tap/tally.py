@@ -14,12 +14,8 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 from exporter.streams import Histogram
-
-if TYPE_CHECKING:
-    from exporter.tap.state import Flight
 
 #: `by` when no request waited for its first token during a stall.
 NOBODY = "none"
@@ -99,8 +95,6 @@ class AgentTally:
     #: By `by`: the seconds of the stalls that ended (open ones are added at a reading).
     starved: dict[str, float] = field(default_factory=dict)
     gaps: GapWindow = field(init=False)
-    #: Its streaming requests in flight, from named to end.
-    flights: set[Flight] = field(default_factory=set)
 
     def __post_init__(self) -> None:
         self.gaps = GapWindow(self.window_seconds)

@@ -17,7 +17,7 @@ from aiohttp.test_utils import TestServer
 
 from exporter.experiments.starvation import StarvationSettings, run_starvation
 from exporter.experiments.sweep import SweepSettings, run_sweep
-from exporter.launch import free_port
+from exporter.process.launch import free_port
 from exporter.sim.engine.scheduler import Timings
 from tests.bench.standin import B_TTFT, PAUSE, StandIn
 

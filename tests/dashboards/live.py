@@ -28,7 +28,7 @@ from typing import Any
 import aiohttp
 
 from alerts.generate import RULES_PATH
-from exporter.launch import Process, free_port, start_exporter, wait_ready
+from exporter.process.launch import Process, free_port, start_exporter, wait_ready
 from exporter.sim.engine.server import Block, SimServer
 from exporter.sim.engine.state import SimEngine
 from exporter.sim.rig.procfs_writer import HostSpec, write_cpu_hwmon, write_proc

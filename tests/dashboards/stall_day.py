@@ -20,8 +20,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from dashboards.grafana_query import Request, request
-from exporter.launch import Process, free_port, wait_ready
+from devtools.grafana_query import Request, request
+from exporter.process.launch import Process, free_port, wait_ready
 from exporter.thresholds import Thresholds
 
 SCRAPE_SECONDS = 15.0  # deploy/prometheus.yml and the data source's timeInterval

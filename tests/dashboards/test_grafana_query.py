@@ -1,10 +1,10 @@
-"""dashboards/grafana_query.py sends a query as Grafana's Prometheus data source does."""
+"""devtools/grafana_query.py sends a query as Grafana's Prometheus data source does."""
 
 from __future__ import annotations
 
 import pytest
 
-from dashboards.grafana_query import color_of, interval, request, round_interval
+from devtools.grafana_query import color_of, interval, request, round_interval
 
 
 @pytest.mark.parametrize(("raw", "rounded"), [

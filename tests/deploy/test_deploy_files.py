@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from exporter.config import WebConfig
-from exporter.open_files import RESERVED_FOR_SOURCES
+from exporter.process.open_files import RESERVED_FOR_SOURCES
 from exporter.rigctl.stack import prometheus_config
 
 REPO = Path(__file__).resolve().parents[2]

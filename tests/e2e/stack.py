@@ -1,7 +1,7 @@
 """The end-to-end stack's simulated side: rigs whose exporters are real processes.
 
 - Every process runs in its own session (process group) and its own temporary
-  directory (`exporter.launch.Process`), and the tests' `ExitStack`s stop
+  directory (`exporter.process.launch.Process`), and the tests' `ExitStack`s stop
   them in reverse order, even when a test fails.
 - The simulated SGLang servers and the webhook receiver share one asyncio loop in
   a background thread (`LoopThread`); tests change a rig's state through it.
@@ -15,7 +15,7 @@ import threading
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
-from exporter.event_loop import loop_factory
+from exporter.process.event_loop import loop_factory
 
 T = TypeVar("T")
 

@@ -13,7 +13,7 @@ import urllib.parse
 import urllib.request
 from pathlib import Path
 
-from exporter.launch import Process, free_port, start_exporter, wait_ready
+from exporter.process.launch import Process, free_port, start_exporter, wait_ready
 from exporter.rigctl.stack import Monitoring, tool
 from exporter.sim.rig.simrig import SimRig
 from tests.e2e.stack import LoopThread

@@ -30,7 +30,7 @@ import yaml
 from alerts import ALERTMANAGER_CONFIG
 from alerts.generate import RULES_PATH
 from alerts.timescale import seconds
-from exporter.launch import start_exporter
+from exporter.process.launch import start_exporter
 from exporter.rigctl.stack import Monitoring, Notification, WebhookReceiver
 from exporter.sim.rig.simrig import SimRig
 from exporter.sim.scenarios import SCENARIOS, Expect, Scenario

@@ -14,7 +14,7 @@ from typing import Any
 
 from alerts.timescale import scaled_expr, scaled_thresholds
 from dashboards.generate import build, sources
-from dashboards.grafana_query import color_of, request, steps_of
+from devtools.grafana_query import color_of, request, steps_of
 from exporter.thresholds import Thresholds
 from tests.dashboards.queries import alerts_shown, panels
 

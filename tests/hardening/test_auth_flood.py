@@ -13,9 +13,9 @@ from pathlib import Path
 import bcrypt
 import pytest
 
-from exporter import web_auth
-from exporter.launch import start_exporter
-from exporter.web_auth import MAX_WAITING_CHECKS, BasicAuth
+from exporter.process.launch import start_exporter
+from exporter.web import auth as web_auth
+from exporter.web.auth import MAX_WAITING_CHECKS, BasicAuth
 from tests.conftest import SYSFS_FIXTURE
 from tests.hardening.hostile import Scraper, basic_auth, p99, password_flood
 

@@ -19,8 +19,8 @@ import pytest
 import trustme
 from aiohttp import web
 
-from exporter.launch import free_port, start_exporter
-from exporter.web_listener import HEAD_DEADLINE_SECONDS, Listener
+from exporter.process.launch import free_port, start_exporter
+from exporter.web.listener import HEAD_DEADLINE_SECONDS, Listener
 from tests.conftest import SYSFS_FIXTURE
 from tests.hardening.hostile import SOURCE_UP, Scraper, open_idle, wait_closed
 

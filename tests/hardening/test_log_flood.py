@@ -14,8 +14,8 @@ from pathlib import Path
 
 from aiohttp import web
 
-from exporter.launch import start_exporter
-from exporter.log_limits import MAX_LINE_CHARS
+from exporter.process.launch import start_exporter
+from exporter.process.log_limits import MAX_LINE_CHARS
 from exporter.sim.rig.procfs_writer import HostSpec, write_proc
 from tests.conftest import SYSFS_FIXTURE, card_device
 from tests.hardening import http_fuzz

@@ -15,7 +15,7 @@ from aiohttp import web
 
 from exporter.config import load_config
 from exporter.runtime import Exporter
-from exporter.web import make_app
+from exporter.web.app import make_app
 from tests.engines.helpers import running_sim
 from tests.scrape import serving
 

@@ -10,7 +10,7 @@ import time
 import urllib.request
 from pathlib import Path
 
-from exporter.launch import free_port, start_exporter
+from exporter.process.launch import free_port, start_exporter
 from exporter.sim.engine.state import Fault, SimEngine
 from tests.conftest import SYSFS_FIXTURE
 from tests.scrape import parse_samples, value

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from exporter.config import Config, load_config
-from exporter.launch import ExporterProcess, free_port, start_exporter
+from exporter.process.launch import ExporterProcess, free_port, start_exporter
 from exporter.runtime import Exporter
 from exporter.sim.engine.state import SimEngine, StreamScript
 from exporter.sim.rig.procfs_writer import HostSpec, write_proc

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from exporter.launch import free_port, start_exporter
+from exporter.process.launch import free_port, start_exporter
 from exporter.sim.engine.state import SimEngine
 from exporter.sim.rig.procfs_writer import HostSpec, write_proc
 from tests.conftest import card_device
@@ -100,7 +100,7 @@ def test_a_normal_stop_closes_every_source(tmp_path: Path, sysfs_root: Path) -> 
 
 WATCHED_EXIT = """
 import concurrent.futures, logging, sys
-from exporter.stopping import StopWatch
+from exporter.process.stopping import StopWatch
 logging.basicConfig(level="INFO", format="%(message)s")
 pool = concurrent.futures.ThreadPoolExecutor(thread_name_prefix="stuck")
 pool.submit(lambda: open(sys.argv[1]).read())  # blocks: nobody writes the FIFO

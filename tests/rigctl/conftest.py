@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from exporter.launch import Process, free_port, wait_ready
+from exporter.process.launch import Process, free_port, wait_ready
 from tests.rigctl.canned import exporter_answering, hot_report
 
 REPO = Path(__file__).resolve().parents[2]

@@ -7,7 +7,7 @@ import io
 
 import pytest
 
-from exporter.rigctl.answers import BadAnswer, health_report
+from exporter.client.http import BadAnswer, health_report
 from exporter.rigctl.health import print_agents
 
 AGENT = {"engine": "main", "agent": "analyst", "streams": 1,

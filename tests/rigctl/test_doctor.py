@@ -33,7 +33,7 @@ import pytest
 from aiohttp import web
 
 from dashboards.panels import UIDS
-from exporter.launch import free_port, start_exporter
+from exporter.process.launch import free_port, start_exporter
 from exporter.rigctl.stack import Monitoring
 from exporter.sim.rig.simrig import SimRig
 from exporter.sim.rig.sysfs_writer import gpu_metrics_v1_3
@@ -122,7 +122,7 @@ def power_counted(sim: SimRig, factors: dict[str, float]) -> Iterator[None]:
 @asynccontextmanager
 async def exporter_for(config: Path, port: int, log_dir: Path) -> AsyncIterator[str]:
     # Started in this thread, waited for in another: it dies with the thread that
-    # started it (exporter.launch.Process).
+    # started it (exporter.process.launch.Process).
     process = start_exporter(["--config.file", str(config)], log_dir,
                              address=f"127.0.0.1:{port}", wait=False)
     try:

@@ -1,7 +1,7 @@
 """How every rigctl subcommand and rig-exporter ends, as real processes: into a
 closed pipe (`| head -1`), on Ctrl-C, at an unreachable URL and on a bad flag.
 Each ends in at most one line on stderr, never a traceback, with the exit
-status its --help gives (exporter/command_line.py)."""
+status its --help gives (exporter/process/endings.py)."""
 
 from __future__ import annotations
 
@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from exporter.command_line import EXIT_CLOSED_PIPE, EXIT_INTERRUPTED
-from exporter.launch import free_port
+from exporter.process.endings import EXIT_CLOSED_PIPE, EXIT_INTERRUPTED
+from exporter.process.launch import free_port
 from tests.rigctl.conftest import ENV, REPO, RIG_EXPORTER, RIGCTL, Ended, bash
 
 pytestmark = pytest.mark.long_running(40)

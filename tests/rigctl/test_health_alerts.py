@@ -20,7 +20,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from alerts.generate import render
-from exporter.launch import free_port
+from exporter.process.launch import free_port
 from exporter.rigctl.health import exit_code
 from exporter.sim.rig.sysfs_writer import RIG_CARDS
 from exporter.thresholds import Thresholds

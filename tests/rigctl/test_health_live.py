@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from exporter.launch import free_port, start_exporter
+from exporter.process.launch import free_port, start_exporter
 from exporter.sim.engine.server import SimServer
 from exporter.sim.engine.state import SimEngine
 from exporter.sim.rig.procfs_writer import GIB, PAGE, HostSpec, write_proc
@@ -122,7 +122,7 @@ proc_root = "{tmp_path / 'proc'}"
 sample_interval_seconds = 0.25
 {THRESHOLDS}""")
     # Started in this thread, waited for in another: it dies with the thread that
-    # started it (exporter.launch.Process).
+    # started it (exporter.process.launch.Process).
     exporter = start_exporter(["--config.file", str(config)], tmp_path,
                               address=f"127.0.0.1:{port}", wait=False)
     try:

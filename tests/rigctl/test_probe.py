@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from exporter.launch import free_port
+from exporter.process.launch import free_port
 from exporter.rigctl import main
 from exporter.rigctl.probe import print_probe, probe_once
 from exporter.sim.engine.state import SimEngine, StreamScript

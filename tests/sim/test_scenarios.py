@@ -23,8 +23,8 @@ import pytest
 
 from alerts.generate import build
 from alerts.timescale import COMPARED_AGES, scaled_thresholds
-from exporter import event_loop
 from exporter.engines.stall.readers import BODY_REUSE_SECONDS
+from exporter.process import event_loop
 from exporter.runtime import Exporter
 from exporter.sim.rig.simrig import SimRig
 from exporter.sim.scenarios import SCENARIOS, Expect, Scenario

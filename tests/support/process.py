@@ -9,7 +9,7 @@ import threading
 import time
 from pathlib import Path
 
-from exporter.launch import ExporterProcess
+from exporter.process.launch import ExporterProcess
 from exporter.sim.engine.server import SimServer
 from exporter.sim.engine.state import SimEngine
 

@@ -15,7 +15,7 @@ from collections.abc import AsyncIterator, Callable
 from aiohttp import web
 
 from exporter.config import AgentConfig, EngineConfig
-from exporter.launch import free_port
+from exporter.process.launch import free_port
 from exporter.tap.source import TapSource
 from exporter.tap.state import TapState
 

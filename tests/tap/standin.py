@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from aiohttp import web
 
 from exporter.config import EngineConfig
-from exporter.launch import free_port
+from exporter.process.launch import free_port
 from exporter.tap.source import TapSource
 
 MODEL = "qwen"

@@ -60,7 +60,6 @@ async def play() -> tuple[dict, dict, dict]:
         analyst = openai.AsyncOpenAI(base_url=url + "/v1", api_key=TOKEN, max_retries=0)
         stranger = openai.AsyncOpenAI(base_url=url + "/v1", api_key="sk-stranger-0000",
                                       max_retries=0)
-        tally = state.tallies
 
         # The monitor, named by its body's `user`, and the stranger: done before the pause.
         monitor = await stranger.chat.completions.create(
@@ -90,7 +89,7 @@ async def play() -> tuple[dict, dict, dict]:
             http, url, {"model": "qwen", "messages": messages("B"), "stream": True,
                         "max_tokens": 512, "stream_options": {"include_usage": True}},
             {"X-Agent": "creative"}))
-        await until(lambda: any(f.waiting and f.stream for f in tally["creative"].flights))
+        await until(lambda: any(f.waiting and f.stream for f in state.flights["creative"]))
         clock.advance(6.0)
         during = tap.state.reading("sglang", "main")
         gated.tokens("B", 1)

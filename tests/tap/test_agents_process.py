@@ -1,4 +1,4 @@
-"""A real rig-exporter (exporter/launch.py) with a tap and three agents matched three
+"""A real rig-exporter (exporter/process/launch.py) with a tap and three agents matched three
 ways, the official openai client among the callers, and a stranger: each agent's
 families, the /api/health agents section, a reload that renames an agent, and no
 bearer token in /metrics, /api/health, the landing page, the log or an error line."""
@@ -20,7 +20,7 @@ import openai
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from exporter.launch import free_port, start_exporter
+from exporter.process.launch import free_port, start_exporter
 from tests.tap.standin import Script, StandIn
 
 TOKEN = "sk-analyst-3b9e0c41d2f84a7a"

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from exporter.cli import build_parser, config_from_args
 from exporter.config import ConfigError, load_config
+from exporter.daemon.cli import build_parser, config_from_args
 
 
 def tap_address(value: object) -> str:

@@ -26,7 +26,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from alerts.rules.agents import starvation_names
 from exporter.config import Config, EngineConfig, GpuConfig, HostConfig
 from exporter.engines.source import EngineSource
-from exporter.launch import free_port
+from exporter.process.launch import free_port
 from exporter.runtime import Exporter
 from exporter.sim.engine.scheduler import Policy
 from exporter.sim.engine.state import SimEngine

@@ -9,8 +9,8 @@ import sys
 import aiohttp
 import pytest
 
-from exporter import event_loop
-from exporter.launch import free_port, start_exporter
+from exporter.process import event_loop
+from exporter.process.launch import free_port, start_exporter
 from tests.scrape import parse_samples
 from tests.tap.standin import Script, StandIn, stream_bytes
 

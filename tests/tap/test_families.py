@@ -10,7 +10,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from exporter.config import Config, EngineConfig, GpuConfig, HostConfig
-from exporter.launch import free_port
+from exporter.process.launch import free_port
 from exporter.runtime import Exporter
 from tests.scrape import get, serving
 from tests.tap.standin import Script, StandIn

@@ -16,7 +16,7 @@ import pytest
 from aiohttp import web
 
 from exporter.config import EngineConfig
-from exporter.launch import free_port
+from exporter.process.launch import free_port
 from exporter.tap.source import TapSource
 from tests.tap.standin import PATHS, Script, StandIn, stream_bytes, tap_before
 

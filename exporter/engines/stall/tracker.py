@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 from exporter.engines.stall.planner import Planner
 from exporter.engines.stall.readers import CounterReader
-from exporter.log_limits import Conditions
+from exporter.process.log_limits import Conditions
 from exporter.snapshot import SourceError
 from exporter.thresholds import Thresholds
 

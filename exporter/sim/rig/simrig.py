@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from exporter.config import EngineConfig
-from exporter.launch import free_port
+from exporter.process.launch import free_port
 from exporter.sim.agents import Agents, SimAgent
 from exporter.sim.engine.scheduler import Policy
 from exporter.sim.engine.server import SimServer
@@ -187,7 +187,7 @@ class SimRig:
                 *self.agents.exporter_args(self.engine_name)]
 
     def exporter_config(self, listen_address: str = "127.0.0.1:0") -> Config:
-        from exporter.cli import build_parser, config_from_args
+        from exporter.daemon.cli import build_parser, config_from_args
 
         args = [*self.exporter_args(), "--web.listen-address", listen_address]
         return config_from_args(build_parser().parse_args(args))

@@ -2,7 +2,7 @@
 
 Precedence: built-in defaults < `--config.file` < flags. A bad value prints one
 line naming the key and exits 2, never a traceback; how it ends otherwise is in
-EXIT_CODES (`exporter.command_line`).
+EXIT_CODES (`exporter.process.endings`).
 """
 
 from __future__ import annotations
@@ -15,8 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from exporter import __version__, log_limits
-from exporter.command_line import EXIT_INTERRUPTED, OneLineErrors, run_guarded
+from exporter import __version__
 from exporter.config import (
     GPU_BACKENDS,
     GPU_CARD_SELECTIONS,
@@ -29,6 +28,8 @@ from exporter.config import (
     load_config,
     read_config_file,
 )
+from exporter.process import log_limits
+from exporter.process.endings import EXIT_INTERRUPTED, OneLineErrors, run_guarded
 
 log = logging.getLogger("exporter")
 
@@ -240,8 +241,8 @@ def run(args: argparse.Namespace) -> int:
         print(f"rig-exporter: {exc}", file=sys.stderr)
         return EXIT_BAD_CONFIG
     log_limits.install(config.log_level, config.log_repeat_interval_seconds)
-    from exporter.web import serve  # aiohttp is only needed once the config is good
-    from exporter.web_security import load_web_security
+    from exporter.daemon.lifecycle import serve  # aiohttp is only needed once the config is good
+    from exporter.web.security import load_web_security
 
     try:
         security = load_web_security(config.web.config_file)

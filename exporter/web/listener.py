@@ -4,7 +4,7 @@ aiohttp serves every request; this module decides which connections it gets, and
 how long (docs/configuration.md#connections):
 
 - at most `limit` connections at once: --web.max-connections, lowered to fit the
-  open-file limit with descriptors kept for the sources (exporter/open_files.py);
+  open-file limit with descriptors kept for the sources (exporter/process/open_files.py);
 - a connection must deliver its first request head within HEAD_DEADLINE_SECONDS of
   being accepted, a TLS handshake included;
 - a kept-alive connection with no request in flight closes after IDLE_SECONDS (also

@@ -1,12 +1,12 @@
 """Draw the dashboards from a live run of the simulated rig, as Grafana would (roughly).
 
-    python -m dashboards.render --scenario thermal-downclock --at 150 --out /tmp/render
-    python -m dashboards.render --scenario hicache-thrash --at 300 --dashboard overview \\
+    python -m devtools.render_dashboards --scenario thermal-downclock --at 150 --out /tmp/render
+    python -m devtools.render_dashboards --scenario hicache-thrash --at 300 --dashboard overview \\
         --out docs/img --name overview-hicache-thrash
 
 Grafana cannot run here, so this plays a scenario (exporter/sim/scenarios) on the
 simulated rig with the real exporter, Prometheus and the committed rules, then sends
-every panel's queries as Grafana sends them (dashboards/grafana_query.py: the step
+every panel's queries as Grafana sends them (devtools/grafana_query.py: the step
 from the range and the panel's maxDataPoints, `$__interval`, `$__rate_interval`,
 `$__range`) over the whole run, and draws each panel where its gridPos puts it: graphs
 with their units and dashed threshold lines (on the series they judge), tiles coloured
@@ -37,8 +37,8 @@ from typing import Any
 
 from alerts.timescale import scaled_expr, scaled_thresholds
 from dashboards.generate import build, sources
-from dashboards.grafana_query import color_of, request, steps_of
-from exporter.launch import start_exporter
+from devtools.grafana_query import color_of, request, steps_of
+from exporter.process.launch import start_exporter
 from exporter.rigctl.stack import Monitoring, WebhookReceiver
 from exporter.sim.rig.simrig import SimRig
 from exporter.sim.scenarios import SCENARIOS
@@ -374,7 +374,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         import matplotlib  # noqa: F401
     except ImportError:
-        print("dashboards.render: needs matplotlib: pip install '.[render]'", file=sys.stderr)
+        print("devtools.render_dashboards: needs matplotlib: pip install '.[render]'",
+              file=sys.stderr)
         return 2
     with tempfile.TemporaryDirectory(prefix="rig-render-") as tmp:
         written = asyncio.run(run(args.scenario, args.at or SCENARIOS[args.scenario].seconds,

@@ -11,7 +11,7 @@
 
 The same file that node_exporter reads works here, for the keys above; any other
 key is refused by name rather than silently ignored. TLS is the stdlib `ssl`
-module and the hashes are checked by `bcrypt` (exporter/web_auth.py): no crypto is
+module and the hashes are checked by `bcrypt` (exporter/web/auth.py): no crypto is
 written here.
 """
 

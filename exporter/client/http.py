@@ -10,23 +10,45 @@ line naming the URL and what was wrong, which the commands turn into exit 3
 
 from __future__ import annotations
 
+import base64
 import http.client
 import json
 import math
 import queue
+import ssl
 import threading
 import urllib.error
 import urllib.request
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:
-    from exporter.rigctl.common import Access
+from dataclasses import dataclass
+from typing import Any
 
 #: The most of an answer rigctl reads; a health report of a large rig is ~20 KiB.
 MAX_ANSWER_BYTES = 4 * 1024 * 1024
 #: Health report statuses (exporter/health/health.schema.json).
 STATUSES = frozenset({"ok", "warn", "crit", "unknown"})
+
+
+@dataclass(frozen=True)
+class Access:
+    """How to reach an exporter behind `--web.config.file`: basic auth and a CA to trust."""
+
+    user: str | None = None
+    password: str = ""
+    ca_file: str | None = None
+
+    def request(self, url: str) -> urllib.request.Request:
+        request = urllib.request.Request(url)
+        if self.user is not None:
+            token = base64.b64encode(f"{self.user}:{self.password}".encode()).decode()
+            request.add_header("Authorization", f"Basic {token}")
+        return request
+
+    def tls(self) -> ssl.SSLContext | None:
+        return None if self.ca_file is None else ssl.create_default_context(cafile=self.ca_file)
+
+
+NO_ACCESS = Access()
 
 
 class Unreachable(Exception):
@@ -37,7 +59,7 @@ class BadAnswer(Unreachable):
     """A server answered, with something rigctl cannot read."""
 
 
-def get_json(url: str, timeout: float, access: Access) -> Any:
+def get_json(url: str, timeout: float, access: Access = NO_ACCESS) -> Any:
     """The JSON body at `url`, read whole within `timeout` seconds."""
     return parse_json(url, _within(url, timeout, lambda: _fetch(url, timeout, access)))
 

@@ -14,8 +14,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
-
-from exporter.sources.blocking import stuck_reads
+from collections.abc import Callable
 
 log = logging.getLogger(__name__)
 
@@ -31,8 +30,11 @@ STOP_STATUS = 0
 class StopWatch:
     """Armed at the first stop signal; `again` is the second signal."""
 
-    def __init__(self, deadline_seconds: float = STOP_DEADLINE_SECONDS) -> None:
+    def __init__(self, deadline_seconds: float = STOP_DEADLINE_SECONDS,
+                 abandoned: Callable[[], list[str]] = list) -> None:
         self.deadline_seconds = deadline_seconds
+        #: What a forced exit leaves behind, to name in its last line (blocked reads).
+        self.abandoned = abandoned
         self._timer: threading.Timer | None = None
 
     @property
@@ -40,18 +42,19 @@ class StopWatch:
         return self._timer is not None
 
     def arm(self) -> None:
-        self._timer = threading.Timer(self.deadline_seconds, exit_now,
-                                      (f"the stop took over {self.deadline_seconds:g} s",))
+        why = f"the stop took over {self.deadline_seconds:g} s"
+        self._timer = threading.Timer(self.deadline_seconds,
+                                      lambda: exit_now(why, self.abandoned()))
         self._timer.daemon = True
         self._timer.start()
 
     def again(self, signal_name: str) -> None:
-        exit_now(f"{signal_name} while stopping")
+        exit_now(f"{signal_name} while stopping", self.abandoned())
 
 
-def exit_now(why: str) -> None:
+def exit_now(why: str, abandoned: list[str]) -> None:
     """End the process at once, from any thread, naming what it leaves running."""
-    left = stuck_reads() + [f"thread {t.name}" for t in threading.enumerate()
+    left = abandoned + [f"thread {t.name}" for t in threading.enumerate()
                             if t is not threading.current_thread() and not t.daemon
                             and t is not threading.main_thread()]
     log.warning("%s: exiting now, abandoning %s", why, "; ".join(left) or "nothing")
@@ -59,9 +62,8 @@ def exit_now(why: str) -> None:
     os._exit(STOP_STATUS)
 
 
-def log_abandoned() -> None:
+def log_abandoned(left: list[str]) -> None:
     """At the end of an orderly stop: the reads it leaves blocked, or that all is closed."""
-    left = stuck_reads()
     for read in left:
         log.warning("stopped: abandoned %s", read)
     if not left:

@@ -1,0 +1,156 @@
+"""The project's import graph, module by module and package by package, and its circles.
+
+    .venv/bin/python -m devtools.imports            # the package graph, then any circle
+    .venv/bin/python -m devtools.imports --modules  # the module graph instead
+
+Every import statement counts, those under `if TYPE_CHECKING:` and inside functions
+too: a circle that only a type checker or a late import hides is still a circle for
+the reader. At package level a node is a package (a folder with `__init__.py`), and an
+edge A -> B means a module of A imports one of B. An edge between a package and one
+of its own ancestors is left out: a room may use the spine of the house it stands in
+(`exporter.snapshot`), and the spine assembles the rooms (`exporter.runtime`).
+Exit status 1 when there is a circle.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import sys
+from collections import defaultdict
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+#: The top-level folders whose modules make the graph.
+TREES = ("exporter", "alerts", "dashboards", "devtools", "bench", "tests")
+
+Graph = Mapping[str, set[str]]
+
+
+def modules(root: Path = ROOT) -> dict[str, Path]:
+    """Every module of the trees by dotted name; a package by its own name."""
+    found = {}
+    for tree in TREES:
+        for path in sorted((root / tree).rglob("*.py")):
+            parts = path.relative_to(root).with_suffix("").parts
+            if any(part.startswith(".") or part == "fixtures" for part in parts):
+                continue
+            if parts[-1] == "__init__":
+                parts = parts[:-1]
+            # `x.dashboard.py` files are loaded by path, not imported: named as they are.
+            found[".".join(parts)] = path
+    return found
+
+
+def _is_package(path: Path) -> bool:
+    return path.name == "__init__.py"
+
+
+def _imported(name: str, path: Path, node: ast.Import | ast.ImportFrom) -> Iterable[str]:
+    """The dotted names an import statement asks for: `from package import module`
+    names the module, `from module import name` the module."""
+    if isinstance(node, ast.Import):
+        yield from (alias.name for alias in node.names)
+        return
+    base = node.module or ""
+    if node.level:
+        package = name.split(".")
+        package = package[:len(package) - node.level + (1 if _is_package(path) else 0)]
+        base = ".".join([*package, base] if base else package)
+    for alias in node.names:
+        yield f"{base}.{alias.name}"
+
+
+def _ours(target: str, found: Mapping[str, Path]) -> str | None:
+    """The module of ours that `target` names or lies in; None for anything else."""
+    while target and target not in found:
+        target = target.rpartition(".")[0]
+    return target or None
+
+
+def module_graph(found: Mapping[str, Path]) -> dict[str, set[str]]:
+    graph: dict[str, set[str]] = defaultdict(set)
+    for name, path in found.items():
+        graph[name]
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if not isinstance(node, ast.Import | ast.ImportFrom):
+                continue
+            for target in filter(None, (_ours(t, found) for t in _imported(name, path, node))):
+                if target != name:
+                    graph[name].add(target)
+    return dict(graph)
+
+
+def package_of(name: str, found: Mapping[str, Path]) -> str:
+    return name if _is_package(found[name]) else name.rpartition(".")[0] or name
+
+
+def package_graph(graph: Graph, found: Mapping[str, Path]) -> dict[str, set[str]]:
+    packages: dict[str, set[str]] = defaultdict(set)
+    for source, targets in graph.items():
+        a = package_of(source, found)
+        packages[a]
+        for target in targets:
+            b = package_of(target, found)
+            if a != b and not a.startswith(b + ".") and not b.startswith(a + "."):
+                packages[a].add(b)
+    return dict(packages)
+
+
+def circles(graph: Graph) -> list[list[str]]:
+    """The strongly connected components of more than one node (Tarjan), sorted."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for nxt in sorted(graph.get(node, ())):
+            if nxt not in index:
+                visit(nxt)
+                low[node] = min(low[node], low[nxt])
+            elif nxt in on_stack:
+                low[node] = min(low[node], index[nxt])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                top = stack.pop()
+                on_stack.discard(top)
+                component.append(top)
+                if top == node:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    sys.setrecursionlimit(max(sys.getrecursionlimit(), 10 * len(graph) + 100))
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return sorted(found)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m devtools.imports", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--modules", action="store_true", help="the module graph")
+    args = parser.parse_args(argv)
+    found = modules()
+    graph = module_graph(found)
+    if not args.modules:
+        graph = package_graph(graph, found)
+    for node in sorted(graph):
+        if not node.startswith("tests") or args.modules:
+            print(f"{node} -> {', '.join(sorted(graph[node])) or '(nothing of ours)'}")
+    found_circles = circles(graph)
+    for circle in found_circles:
+        print("circle:", " <-> ".join(circle))
+    return 1 if found_circles else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
