@@ -29,14 +29,18 @@ from dashboards.panels import (
 from dashboards.panels import (
     targets as queries,
 )
+from exporter.schema import (
+    CARD_SERIES,
+    HOT_SENSORS_MATCHER,
+    HOTSPOT_REASON,
+    OTHER_SENSORS_MATCHER,
+)
 from exporter.thresholds import Thresholds
 
 LIMIT_LINES = ".* (critical|cap|max|total)$"
-# The sensors the hot and downclock rules judge, and the others.
 CURRENT, MAX = 'kind="current"', 'kind="max"'
 # In transfers per second; drawn in GT/s, Grafana having no such unit.
 PCIE_SPEED = "rig_gpu_pcie_link_speed_transfers_per_second"
-HOT_SENSORS, OTHER_SENSORS = 'sensor=~"junction|memory"', 'sensor!~"junction|memory"'
 
 
 def _temperature(sensor: str, t: Thresholds, alerts: tuple[str, ...]) -> object:
@@ -59,7 +63,7 @@ def _temperature(sensor: str, t: Thresholds, alerts: tuple[str, ...]) -> object:
 
 
 def build(t: Thresholds) -> Dashboard:
-    throttle = sel("rig_gpu_throttle_active", 'reason!="thermal_junction"')
+    throttle = sel("rig_gpu_throttle_active", f'reason!="{HOTSPOT_REASON}"')
     temperatures = Section("Temperatures", [
         _temperature("junction", t, ("RigGpuHot", "RigGpuThermalDownclock")),
         _temperature("edge", t, ()),
@@ -73,8 +77,8 @@ def build(t: Thresholds) -> Dashboard:
             " judge the junction and memory only.",
             "celsius",
             queries(
-                (over_interval("min", sel(HEADROOM, HOT_SENSORS)), "{{card}} {{sensor}}"),
-                (over_interval("min", sel(HEADROOM, OTHER_SENSORS)),
+                (over_interval("min", sel(HEADROOM, HOT_SENSORS_MATCHER)), "{{card}} {{sensor}}"),
+                (over_interval("min", sel(HEADROOM, OTHER_SENSORS_MATCHER)),
                  "{{card}} {{sensor}}"),
             ),
             thresholds=falling_steps(("red", t.gpu_junction_margin_celsius),
@@ -130,7 +134,7 @@ def build(t: Thresholds) -> Dashboard:
             " were set at some time in the range; a card with none set has no row. The"
             " Navi 31 hotspot bit (thermal_junction) is left out, as the rules leave it:"
             " it is set almost always, even at idle (the junction's headroom says more).",
-            queries((f"{throttle} and on (job, instance, card, reason)"
+            queries((f"{throttle} and on ({CARD_SERIES}, reason)"
                      f" (max_over_time({throttle}[$__range]) > 0)", "{{card}} {{reason}}")),
             mappings=on_off("off", "throttling"),
             alerts=("RigGpuThermalDownclock", "RigGpuPowerCapped"),

@@ -38,12 +38,21 @@ from dashboards.panels import (
     timeseries,
 )
 from dashboards.rules import rule_expr
+from exporter.schema import (
+    CARD_LABEL,
+    ENGINE_LABEL,
+    ENGINE_SERIES,
+    ENGINE_SOURCES,
+    HOT_SENSORS_MATCHER,
+    OTHER_SOURCES,
+    RIG_LABEL,
+    label_list,
+)
 from exporter.thresholds import Thresholds
 
-ENGINE = "rig, engine"
-CARD = "rig, card"
-ENGINE_SOURCES = 'source=~"engine/.+"'
-HOT_SENSORS = 'sensor=~"junction|memory"'
+# One engine, or one card, of each rig: what a tile shows a value for.
+BY_RIG_ENGINE = label_list(RIG_LABEL, ENGINE_LABEL)
+BY_RIG_CARD = label_list(RIG_LABEL, CARD_LABEL)
 DECODE = ("Decode and latency", UIDS["decode"])
 HICACHE = ("KV and HiCache", UIDS["hicache"])
 GPUS = ("GPUs", UIDS["gpus"])
@@ -88,10 +97,10 @@ def _decode(t: Thresholds) -> list:
             f" {t.decode_stall_critical_seconds:g} s (starvation).",
             "s",
             _tiles(
-                (f"max by ({ENGINE}) ({stall_mid})", "{{engine}} tracker"),
-                (_worst("max", sel("rig_probe_max_token_gap_seconds"), ENGINE),
+                (f"max by ({BY_RIG_ENGINE}) ({stall_mid})", "{{engine}} tracker"),
+                (_worst("max", sel("rig_probe_max_token_gap_seconds"), BY_RIG_ENGINE),
                  "{{engine}} probe"),
-                (_worst("max", sel("rig_stream_max_token_gap_seconds"), ENGINE),
+                (_worst("max", sel("rig_stream_max_token_gap_seconds"), BY_RIG_ENGINE),
                  "{{engine}} tap"),
             ),
             thresholds=steps((WARNING, t.decode_stutter_seconds),
@@ -107,7 +116,7 @@ def _decode(t: Thresholds) -> list:
             _tiles(
                 (_worst("min", sel("rig_source_up", ENGINE_SOURCES), "rig, source"),
                  "{{source}}"),
-                (_worst("min", sel("rig_probe_success"), ENGINE), "{{engine}} probe"),
+                (_worst("min", sel("rig_probe_success"), BY_RIG_ENGINE), "{{engine}} probe"),
             ),
             thresholds=falling_steps((CRITICAL, 1)),
             mappings=UP,
@@ -118,8 +127,8 @@ def _decode(t: Thresholds) -> list:
             "Requests waiting while another runs (head-of-line blocking), per engine; a queue"
             " with nothing running is a wedged engine (the Engines tile).",
             "short",
-            _tiles((_while(f"{queued} and on (job, instance, engine, kind)"
-                            f" {sel('rig_engine_running_requests')} > 0", queued, ENGINE),
+            _tiles((_while(f"{queued} and on ({ENGINE_SERIES})"
+                            f" {sel('rig_engine_running_requests')} > 0", queued, BY_RIG_ENGINE),
                      "{{engine}} queued")),
             thresholds=steps((WARNING, 1)),
             link=DECODE, alerts=("RigQueueHeadOfLine",), no_value=NO_ENGINE,
@@ -130,9 +139,9 @@ def _decode(t: Thresholds) -> list:
             " without speculative decoding).",
             "short",
             _tiles((_worst("min", f"{sel('rig_engine_spec_accept_length')}"
-                            " and on (job, instance, engine, kind)"
+                            f" and on ({ENGINE_SERIES})"
                             f" {rate('rig_engine_decode_batches_total', fn='increase')} > 0",
-                            ENGINE), "{{engine}}")),
+                            BY_RIG_ENGINE), "{{engine}}")),
             thresholds=falling_steps((WARNING, t.spec_accept_length)),
             link=DECODE, alerts=("RigSpecDecodeAcceptanceLow",),
             no_value="no speculative decoding",
@@ -153,25 +162,25 @@ def _decode(t: Thresholds) -> list:
 
 def _cache(t: Thresholds) -> list:
     kv = sel("rig_engine_kv_usage_ratio")
-    retracted = (f"sum by ({ENGINE}) "
+    retracted = (f"sum by ({BY_RIG_ENGINE}) "
                  f"({rate('rig_engine_retracted_requests_total', fn='increase')})")
     capacity = sel("rig_engine_kv_capacity_tokens")
     host_capacity = sel("rig_engine_hicache_host_capacity_tokens")
     recomputed = f"1 - {sel('engine:rig_engine_cache_hit_tokens:ratio_rate5m')}"
     agents = sel("rig_agent_last_prompt_tokens")
-    context = f"sum by ({ENGINE}) ({agents})"
+    context = f"sum by ({BY_RIG_ENGINE}) ({agents})"
     # HiCache's L2 counts only where it is on.
     # Both pools are series of one target, alike in every label: a plain `+` keeps
     # them all (an `on (...)` keeps only its own, and lost `rig`).
-    pool = f"sum by ({ENGINE}) ({capacity} + ({host_capacity} or {capacity} * 0))"
+    pool = f"sum by ({BY_RIG_ENGINE}) ({capacity} + ({host_capacity} or {capacity} * 0))"
     return [
         stat(
             "KV pool",
             f"The fullest KV pool usage per engine (warning from {t.kv_usage_ratio:.0%}), and"
             " requests retracted for lack of KV space (any is a warning).",
             "percentunit",
-            _tiles((_worst("max", kv, ENGINE), "{{engine}} used"),
-                    (or_zero(retracted, kv, ENGINE), "{{engine}} retracted")),
+            _tiles((_worst("max", kv, BY_RIG_ENGINE), "{{engine}} used"),
+                    (or_zero(retracted, kv, BY_RIG_ENGINE), "{{engine}} retracted")),
             thresholds=steps((WARNING, t.kv_usage_ratio)),
             overrides=[scoped("B", steps((WARNING, just_above(0))), unit="short")],
             link=HICACHE, alerts=("RigKVPoolSaturated",), no_value=NO_ENGINE,
@@ -181,7 +190,7 @@ def _cache(t: Thresholds) -> list:
             "The fullest L2 host pool per engine; warning from"
             f" {t.hicache_host_pool_ratio:.0%} (full while L1 evicts into it).",
             "percentunit",
-            _tiles((_worst("max", sel(HOST_USAGE), ENGINE), "{{engine}}")),
+            _tiles((_worst("max", sel(HOST_USAGE), BY_RIG_ENGINE), "{{engine}}")),
             thresholds=steps((WARNING, t.hicache_host_pool_ratio)),
             link=HICACHE, alerts=("RigHiCacheHostPoolFull",), no_value="no HiCache",
         ),
@@ -193,9 +202,9 @@ def _cache(t: Thresholds) -> list:
             " each the rule's own expression, 0 while its condition does not hold.",
             "short",
             _tiles(
-                (_while(rule_expr(t, "RigHiCacheThrash", "churn"), kv, ENGINE),
+                (_while(rule_expr(t, "RigHiCacheThrash", "churn"), kv, BY_RIG_ENGINE),
                  "{{engine}} churn tok/s"),
-                (_while(rule_expr(t, "RigHiCacheThrash", "recompute"), kv, ENGINE),
+                (_while(rule_expr(t, "RigHiCacheThrash", "recompute"), kv, BY_RIG_ENGINE),
                  "{{engine}} recomputed tok"),
             ),
             thresholds=steps((WARNING, just_above(0))),
@@ -208,7 +217,7 @@ def _cache(t: Thresholds) -> list:
             f" {t.hicache_storage_l2_ratio:.0%} full (the L3 addressing bug): the rule's"
             " own expression, 0 while its condition does not hold.",
             "short",
-            _tiles((_while(rule_expr(t, "RigHiCacheStorageMisses"), kv, ENGINE),
+            _tiles((_while(rule_expr(t, "RigHiCacheStorageMisses"), kv, BY_RIG_ENGINE),
                      "{{engine}} written, none back")),
             thresholds=steps((WARNING, just_above(0))),
             link=HICACHE, alerts=("RigHiCacheStorageMisses",), no_value="no L3",
@@ -218,7 +227,7 @@ def _cache(t: Thresholds) -> list:
             "The share of prompt tokens no cache tier held (5 min), the most over the range:"
             " each is prefilled again.",
             "percentunit",
-            _tiles((_worst("max", recomputed, ENGINE), "{{engine}}")),
+            _tiles((_worst("max", recomputed, BY_RIG_ENGINE), "{{engine}}")),
             thresholds=steps(), link=HICACHE, no_value=NO_ENGINE,
         ),
         stat(
@@ -227,7 +236,8 @@ def _cache(t: Thresholds) -> list:
             " its KV pool and HiCache L2 hold: above 100 % the sessions cannot all stay"
             " cached. Shows once the exporter exports its agents.",
             "percentunit",
-            _tiles((_worst("max", f"{context} / on ({ENGINE}) {pool}", ENGINE), "{{engine}}")),
+            _tiles((_worst("max", f"{context} / on ({BY_RIG_ENGINE}) {pool}", BY_RIG_ENGINE),
+                    "{{engine}}")),
             thresholds=steps(), link=HICACHE, no_value="no agents",
         ),
     ]
@@ -243,7 +253,7 @@ def _agents(t: Thresholds) -> list:
         return stat(
             title, description + " The rule's own expression, 0 while it does not hold.",
             unit,
-            _tiles(*((_while(rule_expr(t, alert, signal), base, ENGINE), legend)
+            _tiles(*((_while(rule_expr(t, alert, signal), base, BY_RIG_ENGINE), legend)
                      for signal, legend in signals)),
             thresholds=steps((WARNING, just_above(0))),
             link=AGENTS, alerts=(alert,), no_value="no agents",
@@ -283,7 +293,7 @@ def _gpus(t: Thresholds) -> list:
             f" critical limit: warning at {t.gpu_hot_margin_celsius:g} °C or less (hot), red"
             f" at {t.gpu_junction_margin_celsius:g} °C or less (where a busy card downclocks).",
             "celsius",
-            _tiles((_worst("min", sel(HEADROOM, HOT_SENSORS), "rig, card, sensor"),
+            _tiles((_worst("min", sel(HEADROOM, HOT_SENSORS_MATCHER), "rig, card, sensor"),
                      "{{card}} {{sensor}}")),
             thresholds=falling_steps((CRITICAL, t.gpu_junction_margin_celsius),
                                      (WARNING, t.gpu_hot_margin_celsius), inclusive=True),
@@ -295,7 +305,7 @@ def _gpus(t: Thresholds) -> list:
             f" under {t.gpu_sclk_ratio:.0%} while busy and at its thermal limit; no when not.",
             "percentunit",
             _tiles((_while(rule_expr(t, "RigGpuThermalDownclock", severity="warning"),
-                            present, CARD), "{{card}}")),
+                            present, BY_RIG_CARD), "{{card}}")),
             thresholds=steps((WARNING, just_above(0))), mappings=NOT_HELD,
             link=GPUS, alerts=("RigGpuThermalDownclock",), no_value=NO_CARD,
         ),
@@ -306,7 +316,7 @@ def _gpus(t: Thresholds) -> list:
             " configured, for information; no when not.",
             "percentunit",
             _tiles((_while(f"{sel('rig_gpu_power_watts')} / {sel('rig_gpu_power_cap_watts')}"
-                            f" and ({rule_expr(t, 'RigGpuPowerCapped')})", present, CARD),
+                            f" and ({rule_expr(t, 'RigGpuPowerCapped')})", present, BY_RIG_CARD),
                      "{{card}}")),
             thresholds=steps((INFO, just_above(0))), mappings=NOT_HELD,
             link=GPUS, alerts=("RigGpuPowerCapped",), no_value=NO_CARD,
@@ -320,7 +330,7 @@ def _gpus(t: Thresholds) -> list:
                 (_worst("max", f"{expected} - on (job, instance, rig)"
                         f" (count by (job, instance, rig) ({present} == 1) or {expected} * 0)",
                         "rig"), "cards missing"),
-                (_worst("max", f"1 - {present}", CARD), "{{card}} vanished"),
+                (_worst("max", f"1 - {present}", BY_RIG_CARD), "{{card}} vanished"),
             ),
             thresholds=steps((CRITICAL, 1)),
             link=GPUS, alerts=("RigGpuMissing",), no_value=NO_CARD, w=6,
@@ -331,7 +341,7 @@ def _gpus(t: Thresholds) -> list:
             f" than x{t.gpu_pcie_min_width_lanes} is degraded.",
             "none",
             _tiles((_worst("min", sel("rig_gpu_pcie_link_width_lanes", 'kind="current"'),
-                            CARD), "{{card}}")),
+                            BY_RIG_CARD), "{{card}}")),
             thresholds=falling_steps((WARNING, t.gpu_pcie_min_width_lanes)),
             link=GPUS, alerts=("RigGpuPcieDegraded",), no_value=NO_CARD,
         ),
@@ -342,7 +352,7 @@ def _host(t: Thresholds) -> list:
     growth = (f"deriv({sel('rig_host_swap_used_bytes')}"
               f"[{dur(t.host_swap_growth_window_seconds)}])")
     full_stall = rate("rig_host_memory_pressure_stall_seconds_total", 'kind="full"')
-    sources = sel("rig_source_up", 'source!~"engine/.+"')
+    sources = sel("rig_source_up", OTHER_SOURCES)
     return [
         stat(
             "Host memory",

@@ -6,10 +6,11 @@ recomputed. Each names its agent; they are warnings, routed as the others are.
 
 from __future__ import annotations
 
-from alerts.rules.common import AGE, ENGINE, Alert, dur, num, pct
+from alerts.rules.common import AGE, Alert, dur, num, pct
+from exporter.schema import ENGINE_SERIES
 from exporter.thresholds import Thresholds
 
-AGENT = f"{ENGINE}, agent"
+AGENT = f"{ENGINE_SERIES}, agent"
 AGENT_SUBJECT = ("Agent {{ $labels.agent }} of engine {{ $labels.engine }}"
                  " ({{ $labels.kind }}) on {{ $labels.instance }}")
 
@@ -44,8 +45,8 @@ rig_agent_longest_request_seconds >= {num(t.agent_hog_running_seconds)}
 and on({AGENT})
 (
   rig_agent_longest_request_seconds * 0
-  + on({ENGINE}) group_left()
-  count by ({ENGINE}) ({waits})
+  + on({ENGINE_SERIES}) group_left()
+  count by ({ENGINE_SERIES}) ({waits})
   - on({AGENT})
   (rig_agent_longest_first_token_wait_seconds >= bool {num(t.agent_hog_waiting_seconds)})
 ) > 0
@@ -91,7 +92,7 @@ rig_agent_response_tokens_max >= {runaway}
             "warning",
             f"""
 rig_agent_last_prompt_tokens
-/ on({ENGINE}) group_left()
+/ on({ENGINE_SERIES}) group_left()
 (rig_engine_context_length_tokens > 0)
 >= {num(t.agent_context_ratio)}
 and on({AGENT})
@@ -116,12 +117,12 @@ sum without (agent) (
   and
   {_active(active)}
 )
-> on({ENGINE}) group_left()
+> on({ENGINE_SERIES}) group_left()
 (
   rig_engine_kv_capacity_tokens
-  + on({ENGINE}) group_left()
+  + on({ENGINE_SERIES}) group_left()
   (rig_engine_hicache_host_capacity_tokens > 0)
-  or on({ENGINE})
+  or on({ENGINE_SERIES})
   rig_engine_kv_capacity_tokens
 )
 """,

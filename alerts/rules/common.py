@@ -2,9 +2,9 @@
 dataclass and the formatting of durations, numbers and percentages.
 
 Recording rules follow `level:metric:operation`; the level says which labels a
-series keeps: `engine` = job, instance, engine, kind; `engine_tier` adds tier;
-`card` = job, instance, card (+ clock); `card_sensor` adds sensor;
-`instance` = job, instance.
+series keeps: `engine` = ENGINE_SERIES (exporter/schema.py); `engine_tier` adds
+tier; `card` = CARD_SERIES (+ clock); `card_sensor` adds sensor; `instance` =
+TARGET_LABELS.
 """
 
 from __future__ import annotations
@@ -14,18 +14,11 @@ from typing import Any
 
 RUNBOOK_URL = "https://github.com/rig-telemetry/rig-telemetry/blob/main/alerts/RUNBOOK.md#"
 
-ENGINE = "job, instance, engine, kind"
-CARD = "job, instance, card"
 ENGINE_SUBJECT = "Engine {{ $labels.engine }} ({{ $labels.kind }}) on {{ $labels.instance }}"
 CARD_SUBJECT = "Card {{ $labels.card }} on {{ $labels.instance }}"
 # A count read through increase(), which extrapolates (3 retractions can read
 # 3.305): printed as the whole number it stands for.
 COUNT = '{{ $value | printf "%.0f" }}'
-# rig_source_up for the engine sources, with the engine's `engine` label so that it
-# joins (and inhibits) the engine's own alerts.
-ENGINE_SOURCE_UP = (
-    'label_replace(rig_source_up{source=~"engine/.+"}, "engine", "$1", "source", "engine/(.+)")'
-)
 
 # What an alert's value is, where a time-scaled copy of the rules must bring it
 # back to the rig's time (alerts/timescale.py): the length of a decode stall, a

@@ -2,23 +2,28 @@
 
 from __future__ import annotations
 
-from alerts.rules.common import CARD, CARD_SUBJECT, HEADROOM, SCLK_RATIO, Alert, dur, num, pct
+from alerts.rules.common import CARD_SUBJECT, HEADROOM, SCLK_RATIO, Alert, dur, num, pct
+from exporter.schema import (
+    CARD_SENSOR_SERIES,
+    CARD_SERIES,
+    HOT_SENSORS_MATCHER,
+    THERMAL_DOWNCLOCK_MATCHER,
+)
 from exporter.thresholds import Thresholds
 
 
 def gpu_alerts(t: Thresholds) -> list[Alert]:
-    # The TEMP_HOTSPOT bit (thermal_junction) is set even at idle on Navi 31
-    # (docs/facts/amdgpu.md#navi-31-hotspot-bit), so it only counts through the junction
-    # temperature.
+    # The hotspot's throttle bit is left out (exporter/schema.py): the junction counts
+    # through its temperature.
     downclock = f"""
 {SCLK_RATIO} < {num(t.gpu_sclk_ratio)}
-and on({CARD})
+and on({CARD_SERIES})
 rig_gpu_busy_ratio >= {num(t.gpu_busy_ratio)}
-and on({CARD})
+and on({CARD_SERIES})
 (
   {HEADROOM}{{sensor="junction"}} <= {num(t.gpu_junction_margin_celsius)}
-  or on({CARD})
-  rig_gpu_throttle_active{{reason=~"thermal_(edge|memory|vr)"}} == 1
+  or on({CARD_SERIES})
+  rig_gpu_throttle_active{{{THERMAL_DOWNCLOCK_MATCHER}}} == 1
 )
 """
     downclock_description = (
@@ -38,7 +43,7 @@ and on({CARD})
     airflow = "The card's fans (rig_gpu_fan_rpm) and the airflow between the two cards."
     missing = "dmesg for an amdgpu reset or a PCIe link drop (AER)."
     pcie = "lspci -vv LnkSta of the card and its upstream port: reseat, riser, BIOS slot setting."
-    busy = f"and on({CARD})\nrig_gpu_busy_ratio >= {num(t.gpu_busy_ratio)}"
+    busy = f"and on({CARD_SERIES})\nrig_gpu_busy_ratio >= {num(t.gpu_busy_ratio)}"
     alerts = [
         Alert(
             "RigGpuThermalDownclock",
@@ -62,8 +67,8 @@ and on({CARD})
             "RigGpuHot",
             "warning",
             f"""
-rig_gpu_temperature_celsius{{sensor=~"junction|memory"}}
-and on(job, instance, card, sensor)
+rig_gpu_temperature_celsius{{{HOT_SENSORS_MATCHER}}}
+and on({CARD_SENSOR_SERIES})
 {HEADROOM} <= {num(t.gpu_hot_margin_celsius)}
 """,
             t.gpu_hot_for_seconds,
@@ -81,7 +86,7 @@ and on(job, instance, card, sensor)
             # PPT0 follows power1_cap; the owner lowered it to 305 W on purpose.
             f"""
 rig_gpu_power_watts >= rig_gpu_power_cap_watts * {num(t.gpu_power_cap_ratio)}
-and on({CARD})
+and on({CARD_SERIES})
 rig_gpu_throttle_active{{reason="power"}} == 1
 """,
             t.gpu_power_capped_for_seconds,

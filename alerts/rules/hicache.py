@@ -5,7 +5,6 @@ from __future__ import annotations
 from alerts.rules.common import (
     CHURN_RATE,
     COUNT,
-    ENGINE,
     ENGINE_SUBJECT,
     HOST_USAGE,
     PER_SECOND,
@@ -16,6 +15,7 @@ from alerts.rules.common import (
     num,
     pct,
 )
+from exporter.schema import ENGINE_SERIES
 from exporter.thresholds import Thresholds
 
 
@@ -42,10 +42,10 @@ def hicache_alerts(t: Thresholds) -> list[Alert]:
             # without L2 never matches.
             f"""
 {CHURN_RATE} >= {num(t.hicache_churn_tokens_per_second)}
-and on({ENGINE})
-({l2_hits} or {PROMPT_RATE} * 0) / on({ENGINE}) ({PROMPT_RATE} > 0)
+and on({ENGINE_SERIES})
+({l2_hits} or {PROMPT_RATE} * 0) / on({ENGINE_SERIES}) ({PROMPT_RATE} > 0)
 < {num(t.hicache_l2_hit_ratio)}
-and on({ENGINE})
+and on({ENGINE_SERIES})
 rig_engine_hicache_host_capacity_tokens > 0
 """,
             t.hicache_churn_for_seconds,
@@ -64,9 +64,9 @@ rig_engine_hicache_host_capacity_tokens > 0
             # full: the session was evicted from L1 and then dropped from L2.
             f"""
 {missing_hits(recompute)} >= {long_prompt}
-and on({ENGINE})
+and on({ENGINE_SERIES})
 increase(rig_engine_hicache_evicted_tokens_total[{recompute}]) >= {long_prompt}
-and on({ENGINE})
+and on({ENGINE_SERIES})
 {HOST_USAGE} >= {pool}
 """,
             t.hicache_recompute_for_seconds,
@@ -85,7 +85,7 @@ and on({ENGINE})
             "warning",
             f"""
 {HOST_USAGE} >= {pool}
-and on({ENGINE})
+and on({ENGINE_SERIES})
 rate(rig_engine_hicache_evicted_tokens_total[{w}]) > 0
 """,
             t.hicache_host_pool_for_seconds,
@@ -103,11 +103,11 @@ rate(rig_engine_hicache_evicted_tokens_total[{w}]) > 0
             # that miss every tier are new ones (cold prefills), not lost sessions.
             f"""
 {written} > 0
-and on({ENGINE})
+and on({ENGINE_SERIES})
 ({born} or {prefetched} or {written} * 0) == 0
-and on({ENGINE})
+and on({ENGINE_SERIES})
 {missing_hits(storage)} >= {long_prompt}
-and on({ENGINE})
+and on({ENGINE_SERIES})
 {HOST_USAGE} >= {num(t.hicache_storage_l2_ratio)}
 """,
             t.hicache_storage_for_seconds,

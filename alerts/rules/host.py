@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from alerts.rules.common import MEM_AVAILABLE, PER_SECOND, SWAP_IO, Alert, dur, num, pct
+from exporter.schema import OTHER_SOURCES_UP
 from exporter.thresholds import MIB, Thresholds
 
 
@@ -76,10 +77,9 @@ deriv(rig_host_swap_used_bytes[{dur(t.host_swap_growth_window_seconds)}])
         Alert(
             "RigExporterSourceDown",
             "warning",
-            # Engine sources have RigEngineDown; probe sources get an `engine` label
-            # so that RigEngineDown can inhibit them.
-            """
-label_replace(rig_source_up{source!~"engine/.+"}, "engine", "$1", "source", "probe/(.+)") == 0
+            # Engine sources have RigEngineDown.
+            f"""
+{OTHER_SOURCES_UP} == 0
 """,
             t.source_down_for_seconds,
             f"An exporter source has failed every read for {dur(t.source_down_for_seconds)}.",

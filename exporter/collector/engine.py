@@ -16,7 +16,6 @@ from prometheus_client.core import HistogramMetricFamily
 from prometheus_client.metrics_core import Metric
 
 from exporter.collector.families import (
-    ENGINE_LABELS,
     PREFIX,
     counter,
     engine_label_values,
@@ -27,6 +26,7 @@ from exporter.engines.mapping import TABLES
 from exporter.engines.probe import ProbeReading
 from exporter.engines.source import EngineReading
 from exporter.engines.stall.tracker import StallState
+from exporter.schema import ENGINE_LABELS
 
 DOCS = {
     "running_requests": "Requests in the running (decoding) batch.",

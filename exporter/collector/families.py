@@ -11,10 +11,6 @@ from prometheus_client.metrics_core import Metric
 
 PREFIX = "rig_"
 
-#: The labels of every per-engine family (engine, probe, stream tap): `engine` is the
-#: instance's name from the config, `kind` the software (sglang, vllm).
-ENGINE_LABELS = ("engine", "kind")
-
 
 class EngineNamed(Protocol):
     """A reading of one engine: its configured name and its kind."""
@@ -27,7 +23,7 @@ class EngineNamed(Protocol):
 
 
 def engine_label_values(reading: EngineNamed) -> list[str]:
-    """The values of ENGINE_LABELS, in that order."""
+    """The values of ENGINE_LABELS (exporter/schema.py), in that order."""
     return [reading.name, reading.kind]
 
 

@@ -21,7 +21,6 @@ from prometheus_client.core import HistogramMetricFamily
 from prometheus_client.metrics_core import Metric
 
 from exporter.collector.families import (
-    ENGINE_LABELS,
     PREFIX,
     counter,
     engine_label_values,
@@ -29,6 +28,7 @@ from exporter.collector.families import (
     gauge,
     non_empty,
 )
+from exporter.schema import ENGINE_LABELS
 from exporter.tap.state import OUTCOMES, TapReading
 from exporter.tap.tally import AgentReading
 

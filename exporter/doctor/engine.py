@@ -27,6 +27,7 @@ from exporter.engines.stall.readers import (
     counters_from,
     merge_files,
 )
+from exporter.schema import engine_source
 from exporter.snapshot import SourceError
 
 #: The counters compared between metrics_dir and /metrics: they only grow, so the
@@ -65,7 +66,7 @@ def _info(c: Context, name: str) -> dict[str, str] | None:
 def _version(c: Context, name: str) -> Check:
     info = _info(c, name)
     if info is None:
-        if c.watch.last.total("rig_source_up", source=f"engine/{name}") == 0:
+        if c.watch.last.total("rig_source_up", source=engine_source(name)) == 0:
             return fail("engine_version", name, f"{name}: the exporter cannot read the engine "
                         "(rig_source_up 0)", "start the engine, or correct [[engine]] url")
         return warn("engine_version", name, f"{name}: no server info yet: its version, and "

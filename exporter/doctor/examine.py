@@ -29,6 +29,7 @@ from exporter.doctor.prometheus import prometheus_checks
 from exporter.doctor.report import Check, Verdict, skip
 from exporter.doctor.watch import Scrape, Watch, scrape
 from exporter.engines.probe import ProbeResult, StreamProbe
+from exporter.schema import engine_source
 
 MIN_WATCH_SECONDS = 5.0
 #: The probe's stream gets this long beyond its own deadline before the watch ends without it.
@@ -92,7 +93,7 @@ def _probed_engines(config: Config | None, first: Scrape) -> list[EngineConfig]:
         return []
     served = {s.labels.get("source", "") for s in first.all("rig_source_up")}
     return [dataclasses.replace(e, url=_tap_url(e.tap_listen_address) or e.url)
-            for e in config.engines if e.kind == "sglang" and f"engine/{e.name}" in served]
+            for e in config.engines if e.kind == "sglang" and engine_source(e.name) in served]
 
 
 def _tap_url(address: str) -> str:

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 from exporter.client.http import Access, BadAnswer, get_text
 from exporter.engines.exposition import Sample, parse
+from exporter.schema import ENGINE_SOURCE_PREFIX
 
 #: The families the checks read, by the name on their TYPE line.
 FAMILIES = frozenset({
@@ -103,6 +104,6 @@ class Watch:
 
     def engines(self) -> list[str]:
         """Engine names, from the exporter's engine sources (rig_source_up)."""
-        return sorted(s.labels["source"].removeprefix("engine/")
+        return sorted(s.labels["source"].removeprefix(ENGINE_SOURCE_PREFIX)
                       for s in self.last.all("rig_source_up")
-                      if s.labels.get("source", "").startswith("engine/"))
+                      if s.labels.get("source", "").startswith(ENGINE_SOURCE_PREFIX))

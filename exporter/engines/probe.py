@@ -24,6 +24,7 @@ import aiohttp
 from exporter.config import EngineConfig
 from exporter.engines.source import EngineSource
 from exporter.process.log_limits import Conditions
+from exporter.schema import probe_source
 from exporter.snapshot import SourceError
 from exporter.streams import Histogram, StreamMeter
 
@@ -158,7 +159,7 @@ class ProbeSource:
 
     def __init__(self, engine: EngineSource) -> None:
         self.engine = engine
-        self.name = f"probe/{engine.config.name}"
+        self.name = probe_source(engine.config.name)
         self.probe = StreamProbe(lambda: engine.session, engine.config)
         self._task: asyncio.Task[None] | None = None
 

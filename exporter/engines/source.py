@@ -34,6 +34,7 @@ from exporter.engines.stall.readers import (
 )
 from exporter.engines.stall.tracker import StallPoller, StallState
 from exporter.process.log_limits import Conditions
+from exporter.schema import engine_source
 from exporter.snapshot import SourceError
 
 log = logging.getLogger(__name__)
@@ -62,7 +63,7 @@ class EngineReading:
 class EngineSource:
     def __init__(self, config: EngineConfig) -> None:
         self.config = config
-        self.name = f"engine/{config.name}"
+        self.name = engine_source(config.name)
         self.table = TABLES[config.kind]
         self._wanted = wanted_names(self.table, self.table.rules)
         self.session: aiohttp.ClientSession | None = None

@@ -7,11 +7,8 @@ import dataclasses
 
 from exporter.health.report import Signal, Stage
 from exporter.health.view import Context, percent, signal
+from exporter.schema import HOT_SENSORS, THERMAL_DOWNCLOCK_REASONS
 from exporter.sources.amdgpu_sysfs import CardReading, PcieLink
-
-# The TEMP_HOTSPOT bit (thermal_junction) is set even at idle on Navi 31
-# (docs/facts/amdgpu.md#navi-31-hotspot-bit), so RigGpuThermalDownclock counts only these reasons.
-THERMAL_REASONS = frozenset({"thermal_edge", "thermal_memory", "thermal_vr"})
 
 
 def gpu_signals(c: Context) -> list[Signal]:
@@ -80,7 +77,7 @@ def _downclock(c: Context, labels: dict[str, str], card: CardReading) -> list[Si
     limit = card.temperature_limits_celsius.get(("junction", "critical"))
     near_limit = (junction is not None and limit is not None
                   and limit - junction <= t.gpu_junction_margin_celsius)
-    thermal = sorted(THERMAL_REASONS & (card.throttle_reasons or frozenset()))
+    thermal = sorted(set(THERMAL_DOWNCLOCK_REASONS) & (card.throttle_reasons or frozenset()))
     holds = (ratio < t.gpu_sclk_ratio and card.busy_ratio >= t.gpu_busy_ratio
              and (near_limit or bool(thermal)))
     reason = (f"{card.card}: sclk at {percent(ratio)} of its maximum, busy "
@@ -94,7 +91,7 @@ def _downclock(c: Context, labels: dict[str, str], card: CardReading) -> list[Si
 def _hot(c: Context, labels: dict[str, str], card: CardReading) -> list[Signal]:
     t = c.t
     out = []
-    for sensor in ("junction", "memory"):
+    for sensor in HOT_SENSORS:
         temperature = card.temperatures_celsius.get(sensor)
         limit = card.temperature_limits_celsius.get((sensor, "critical"))
         if temperature is None or limit is None:

@@ -7,6 +7,7 @@ from collections.abc import Callable
 
 from exporter.health.report import Signal, Stage
 from exporter.health.view import Context, mib, percent, seconds, signal
+from exporter.schema import ENGINE_SOURCE_PREFIX
 from exporter.sources.host import CPU_SENSOR_CHIPS
 
 
@@ -77,7 +78,7 @@ def source_signals(c: Context) -> list[Signal]:
 
     One line for those that answer, and one per source that does not."""
     stages = (Stage("warning", c.t.source_down_for_seconds),)
-    results = [r for name, r in c.view.results.items() if not name.startswith("engine/")]
+    results = [r for name, r in c.view.results.items() if not name.startswith(ENGINE_SOURCE_PREFIX)]
     out = [signal("exporter_source", {"source": r.name}, "RigExporterSourceDown", stages, True,
                   0.0, None, "bool", f"cannot read {r.name}: {r.error}")
            for r in results if not r.up]

@@ -6,12 +6,13 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from exporter.collector.families import ENGINE_LABELS, engine_label_values
+from exporter.collector.families import engine_label_values
 from exporter.config import EngineConfig
 from exporter.engines.probe import ProbeReading
 from exporter.engines.source import EngineReading
 from exporter.health.history import History
 from exporter.health.report import Signal, Stage
+from exporter.schema import ENGINE_LABELS
 from exporter.snapshot import Snapshot, SourceResult
 from exporter.sources.gpu import GpuReading
 from exporter.sources.host import HostReading
