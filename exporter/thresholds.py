@@ -25,6 +25,13 @@ from typing import Any
 
 MIB = 1024 * 1024
 
+#: The shortest decode standstill that is a stall, for the stall tracker and the stream
+#: tap alike. Shorter ones are decode's own cadence (a mixed-chunk batch every 0.5 s, a
+#: slow token rate; a healthy gap is tens of ms), not stalls: the alerts start at
+#: decode_stutter_seconds (2 s) and decode_stall_critical_seconds (10 s). A floor of
+#: what is measured, not a condition of a rule, so not a key of the table.
+MIN_STALL_SECONDS = 1.0
+
 
 @dataclass(frozen=True)
 class Thresholds:
@@ -54,6 +61,9 @@ class Thresholds:
     # longest legitimate cold prefill (243.81 s for 192K tokens,
     # docs/facts/rig.md#latency-and-throughput).
     engine_wedged_seconds: int = 300
+    # How far back RigEngineWedged{signal="queue"} looks for a decode batch: a running
+    # engine runs several a second, a wedged one none.
+    engine_wedged_window_seconds: int = 60
     # An engine restart (27B TP2 load, graph capture) takes minutes.
     engine_down_for_seconds: int = 300
     queue_wait_seconds: int = 300

@@ -6,8 +6,6 @@ from __future__ import annotations
 from alerts.rules.agents import starvation_names
 from alerts.rules.common import (
     COUNT,
-    ENGINE,
-    ENGINE_SOURCE_UP,
     ENGINE_SUBJECT,
     STALL_LENGTH,
     Alert,
@@ -15,6 +13,7 @@ from alerts.rules.common import (
     num,
     pct,
 )
+from exporter.schema import ENGINE_ON_TARGET, ENGINE_SERIES, ENGINE_SOURCE_UP
 from exporter.thresholds import Thresholds
 
 
@@ -53,10 +52,10 @@ def engine_alerts(t: Thresholds) -> list[Alert]:
             f"""
 max_over_time(rig_stream_max_token_gap_seconds[{longest}])
 and rig_stream_max_token_gap_seconds >= {stall}
-or on({ENGINE})
+or on({ENGINE_SERIES})
 {tracked_longest}
 and {tracked} >= {stall}
-or on({ENGINE})
+or on({ENGINE_SERIES})
 max_over_time(rig_probe_max_token_gap_seconds[{longest}])
 and rig_probe_max_token_gap_seconds >= {stall}
 """,
@@ -80,7 +79,7 @@ count_over_time(
   (
     max without () (
       rig_stream_max_token_gap_seconds >= {stutter_lo} < {stall}
-      or on({ENGINE})
+      or on({ENGINE_SERIES})
       {tracked} >= {stutter_lo} < {stall}
     )
   )[{stutter_window}:{step}]
@@ -115,7 +114,7 @@ count_over_time(
             "critical",
             f"""
 rig_probe_success == 0
-and on(job, instance, engine)
+and on({ENGINE_ON_TARGET})
 {ENGINE_SOURCE_UP} == 1
 """,
             t.engine_wedged_seconds,
@@ -134,11 +133,11 @@ and on(job, instance, engine)
             # docs/facts/rig.md#latency-and-throughput).
             f"""
 rig_engine_queued_requests > 0
-and on({ENGINE})
+and on({ENGINE_SERIES})
 rig_engine_running_requests == 0
-and on({ENGINE})
-increase(rig_engine_decode_batches_total[1m]) == 0
-unless on(job, instance, engine)
+and on({ENGINE_SERIES})
+increase(rig_engine_decode_batches_total[{dur(t.engine_wedged_window_seconds)}]) == 0
+unless on({ENGINE_ON_TARGET})
 rig_probe_success
 """,
             t.engine_wedged_seconds,
@@ -155,7 +154,7 @@ rig_probe_success
             "warning",
             f"""
 rig_engine_queued_requests > 0
-and on({ENGINE})
+and on({ENGINE_SERIES})
 rig_engine_running_requests > 0
 """,
             t.queue_wait_seconds,
@@ -207,7 +206,7 @@ increase(rig_engine_retracted_requests_total[{kv_for}]) > 0
             # so it counts only while decode batches run (rig_engine_decode_batches_total).
             f"""
 rig_engine_spec_accept_length < {spec_low}
-and on({ENGINE})
+and on({ENGINE_SERIES})
 increase(rig_engine_decode_batches_total[{rate_window}]) > 0
 """,
             t.spec_accept_low_for_seconds,

@@ -7,16 +7,14 @@ from __future__ import annotations
 from exporter.engines.source import EngineReading
 from exporter.health.report import Signal, Stage
 from exporter.health.view import Context, engine_labels, seconds, signal
-
-#: RigEngineWedged{signal="queue"} counts decode batches over `[1m]`.
-WEDGE_WINDOW_SECONDS = 60.0
+from exporter.schema import engine_source, probe_source
 
 
 def engine_signals(c: Context) -> list[Signal]:
     out: list[Signal] = []
     for config in c.engines:
         labels = engine_labels(config)
-        result = c.view.results.get(f"engine/{config.name}")
+        result = c.view.results.get(engine_source(config.name))
         if result is None:
             continue
         out.append(_engine_up(c, labels, config.url, result.up, result.error,
@@ -110,13 +108,14 @@ def _queue_wedged(c: Context, labels: dict[str, str], reading: EngineReading) ->
     key = ("engine", name, "decode_batches_total")
     if "decode_batches_total" not in values:
         return wedged(False, f"{name}: {queued:.0f} queued, none running; no decode counter")
-    if not c.filled(WEDGE_WINDOW_SECONDS):
+    window = t.engine_wedged_window_seconds
+    if not c.filled(window):
         return wedged(None, f"{name}: {queued:.0f} queued, none running; "
-                            + c.not_filled(WEDGE_WINDOW_SECONDS))
-    batches = c.history.increase(key, c.now, WEDGE_WINDOW_SECONDS)
+                            + c.not_filled(window))
+    batches = c.history.increase(key, c.now, window)
     holds = batches is not None and batches == 0
     return wedged(holds, f"{name}: {queued:.0f} queued, none running, "
-                         f"{batches or 0:.0f} decode batches in the last minute")
+                         f"{batches or 0:.0f} decode batches in the last {seconds(window)}")
 
 
 def _stutter(c: Context, labels: dict[str, str], reading: EngineReading) -> list[Signal]:
@@ -144,7 +143,7 @@ def _stutter(c: Context, labels: dict[str, str], reading: EngineReading) -> list
 
 
 def _probe(c: Context, labels: dict[str, str], name: str) -> list[Signal]:
-    result = c.view.results.get(f"probe/{name}")
+    result = c.view.results.get(probe_source(name))
     if result is None:
         return []  # no probe configured
     stages = (Stage("critical", c.t.engine_wedged_seconds),)

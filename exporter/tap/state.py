@@ -34,7 +34,6 @@ from exporter.tap.asks import StreamAsk
 from exporter.tap.tally import (
     NOBODY,
     OUTCOMES,
-    STARVED_GAP_SECONDS,
     AgentReading,
     AgentTally,
     FlightView,
@@ -42,7 +41,7 @@ from exporter.tap.tally import (
     Mark,
     blamed,
 )
-from exporter.thresholds import Thresholds
+from exporter.thresholds import MIN_STALL_SECONDS, Thresholds
 
 log = logging.getLogger(__name__)
 
@@ -190,7 +189,7 @@ class TapState:
             self.gaps.observe(gap)
             self.window.note(now, gap)
             tally.gaps.note(now, gap)
-            if gap >= STARVED_GAP_SECONDS and stream.mark is not None:
+            if gap >= MIN_STALL_SECONDS and stream.mark is not None:
                 tally.starve(blamed(stream.mark, now - gap, self.mark, now, self.book.names))
         timer = meter.timer
         if timer.last_at == now:
@@ -237,7 +236,7 @@ class TapState:
         if trailing is not None:
             self.window.note(now, trailing)
             tally.gaps.note(now, trailing)
-            if trailing >= STARVED_GAP_SECONDS and stream.mark is not None:
+            if trailing >= MIN_STALL_SECONDS and stream.mark is not None:
                 tally.starve(blamed(stream.mark, now - trailing, self.mark, now,
                                     self.book.names))
         self.end(stream.flight)
@@ -286,7 +285,7 @@ class TapState:
             open_gap = None if stream is None else stream.meter.timer.open_gap(now)
             if open_gap is not None:
                 longest_gap = max(longest_gap, open_gap)
-                if open_gap >= STARVED_GAP_SECONDS and stream is not None and stream.mark:
+                if open_gap >= MIN_STALL_SECONDS and stream is not None and stream.mark:
                     # A stall under way counts as it lasts (a counter may not wait
                     # for its end: the page names the agents while it pages).
                     for by, s in blamed(stream.mark, now - open_gap, self.mark, now,

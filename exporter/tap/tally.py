@@ -19,8 +19,6 @@ from exporter.streams import Histogram
 
 #: `by` when no request waited for its first token during a stall.
 NOBODY = "none"
-#: A gap this long or longer is a stall the agent felt (a healthy gap is tens of ms).
-STARVED_GAP_SECONDS = 1.0
 OUTCOMES = ("ok", "error", "client_closed", "untimed")
 
 

@@ -26,13 +26,9 @@ from exporter.engines.stall.planner import Planner
 from exporter.engines.stall.readers import CounterReader
 from exporter.process.log_limits import Conditions
 from exporter.snapshot import SourceError
-from exporter.thresholds import Thresholds
+from exporter.thresholds import MIN_STALL_SECONDS, Thresholds
 
 log = logging.getLogger(__name__)
-
-#: Shorter standstills are decode's own cadence (a mixed-chunk batch every 0.5 s, a
-#: slow token rate), not stalls: the alerts start at 2 s (stutter) and 10 s.
-MIN_STALL_SECONDS = 1.0
 
 
 @dataclass(frozen=True)
