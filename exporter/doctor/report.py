@@ -12,7 +12,10 @@ from enum import StrEnum
 from typing import Any
 
 
-class Status(StrEnum):
+class DoctorStatus(StrEnum):
+    """A doctor check's outcome: a setup question, not the rig's health (that is
+    exporter/health/report.py's HealthStatus)."""
+
     OK = "ok"
     SKIP = "skip"
     WARN = "warn"
@@ -23,9 +26,11 @@ class Status(StrEnum):
         return _RANK[self]
 
 
-_RANK = {Status.OK: 0, Status.SKIP: 1, Status.WARN: 2, Status.FAIL: 3}
+_RANK = {DoctorStatus.OK: 0, DoctorStatus.SKIP: 1, DoctorStatus.WARN: 2,
+         DoctorStatus.FAIL: 3}
 # 3 is the exporter that cannot be reached, before any check (exporter/rigctl/doctor.py).
-EXIT_FOR_STATUS = {Status.OK: 0, Status.SKIP: 0, Status.WARN: 1, Status.FAIL: 2}
+EXIT_FOR_STATUS = {DoctorStatus.OK: 0, DoctorStatus.SKIP: 0, DoctorStatus.WARN: 1,
+                   DoctorStatus.FAIL: 2}
 
 
 @dataclass(frozen=True)
@@ -33,7 +38,7 @@ class Check:
     name: str
     #: What it is about: an engine's name, a card, or "rig".
     subject: str
-    status: Status
+    status: DoctorStatus
     detail: str
     fix: str = ""
 
@@ -43,19 +48,19 @@ class Check:
 
 
 def ok(name: str, subject: str, detail: str) -> Check:
-    return Check(name, subject, Status.OK, detail)
+    return Check(name, subject, DoctorStatus.OK, detail)
 
 
 def skip(name: str, subject: str, detail: str, fix: str = "") -> Check:
-    return Check(name, subject, Status.SKIP, detail, fix)
+    return Check(name, subject, DoctorStatus.SKIP, detail, fix)
 
 
 def warn(name: str, subject: str, detail: str, fix: str) -> Check:
-    return Check(name, subject, Status.WARN, detail, fix)
+    return Check(name, subject, DoctorStatus.WARN, detail, fix)
 
 
 def fail(name: str, subject: str, detail: str, fix: str) -> Check:
-    return Check(name, subject, Status.FAIL, detail, fix)
+    return Check(name, subject, DoctorStatus.FAIL, detail, fix)
 
 
 def plural(count: float, noun: str) -> str:
@@ -70,9 +75,9 @@ class Verdict:
     watched_seconds: float
 
     @property
-    def status(self) -> Status:
-        worst = max((c.status for c in self.checks), key=lambda s: s.rank, default=Status.OK)
-        return Status.OK if worst is Status.SKIP else worst
+    def status(self) -> DoctorStatus:
+        worst = max((c.status for c in self.checks), key=lambda s: s.rank, default=DoctorStatus.OK)
+        return DoctorStatus.OK if worst is DoctorStatus.SKIP else worst
 
     @property
     def exit_code(self) -> int:

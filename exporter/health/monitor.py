@@ -35,10 +35,10 @@ from exporter.health.host import host_signals, source_signals
 from exporter.health.report import (
     SEVERITY_STATUS,
     Check,
+    HealthStatus,
     Report,
     Signal,
     State,
-    Status,
     worst_first,
 )
 from exporter.health.view import Context, RigView, history_values, seconds
@@ -112,9 +112,9 @@ def _judge(sig: Signal, held: float) -> Check:
     reason = sig.reason
     state = None if sig.holds is None else State.INACTIVE
     if sig.holds is None:
-        status = Status.UNKNOWN
+        status = HealthStatus.UNKNOWN
     elif not sig.holds:
-        status = Status.OK
+        status = HealthStatus.OK
     else:
         first = sig.stages[0]
         reached = [stage for stage in sig.stages if held >= stage.hold_seconds]
@@ -124,7 +124,7 @@ def _judge(sig: Signal, held: float) -> Check:
         elif reached:
             status = SEVERITY_STATUS[reached[-1].severity]
         else:
-            status = Status.OK
+            status = HealthStatus.OK
         if not reached:
             reason += (f" (for {seconds(held)}; {sig.alert} fires after "
                        f"{seconds(first.hold_seconds)})")

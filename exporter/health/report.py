@@ -12,7 +12,10 @@ from enum import StrEnum
 from typing import Any
 
 
-class Status(StrEnum):
+class HealthStatus(StrEnum):
+    """A health check's verdict on the rig, at its rule's severity (not the doctor's
+    DoctorStatus, which judges the setup)."""
+
     OK = "ok"
     WARN = "warn"
     CRIT = "crit"
@@ -24,7 +27,7 @@ class Status(StrEnum):
         return _RANK[self]
 
 
-_RANK = {Status.OK: 0, Status.UNKNOWN: 1, Status.WARN: 2, Status.CRIT: 3}
+_RANK = {HealthStatus.OK: 0, HealthStatus.UNKNOWN: 1, HealthStatus.WARN: 2, HealthStatus.CRIT: 3}
 
 
 class State(StrEnum):
@@ -42,7 +45,8 @@ class State(StrEnum):
 
 _STATE_RANK = {State.INACTIVE: 0, State.PENDING: 1, State.FIRING: 2}
 # A rule's severity when it fires; info (RigGpuPowerCapped) is expected, not trouble.
-SEVERITY_STATUS = {"critical": Status.CRIT, "warning": Status.WARN, "info": Status.OK}
+SEVERITY_STATUS = {"critical": HealthStatus.CRIT, "warning": HealthStatus.WARN,
+                   "info": HealthStatus.OK}
 
 
 @dataclass(frozen=True)
@@ -81,7 +85,7 @@ class Signal:
 @dataclass(frozen=True)
 class Check:
     name: str
-    status: Status
+    status: HealthStatus
     value: float | None
     threshold: float | None
     unit: str
@@ -110,14 +114,14 @@ class Report:
     agents: tuple[dict[str, Any], ...] = ()
 
     @property
-    def status(self) -> Status:
+    def status(self) -> HealthStatus:
         """The worst of warn and crit; else ok if anything is ok; else unknown."""
         worst = max((c.status for c in self.checks), key=lambda s: s.rank, default=None)
-        if worst in (Status.CRIT, Status.WARN):
+        if worst in (HealthStatus.CRIT, HealthStatus.WARN):
             return worst
-        if any(c.status is Status.OK for c in self.checks):
-            return Status.OK
-        return Status.UNKNOWN
+        if any(c.status is HealthStatus.OK for c in self.checks):
+            return HealthStatus.OK
+        return HealthStatus.UNKNOWN
 
     def to_json(self) -> dict[str, Any]:
         return {

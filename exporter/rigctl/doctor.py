@@ -21,7 +21,7 @@ from exporter.client.http import Unreachable
 from exporter.config import ConfigError, load_config, read_config_file
 from exporter.doctor.examine import MIN_WATCH_SECONDS, Request, examine
 from exporter.doctor.grafana import TokenAccess
-from exporter.doctor.report import Status, Verdict
+from exporter.doctor.report import DoctorStatus, Verdict
 from exporter.rigctl.common import (
     EXIT_ENDINGS,
     EXIT_UNKNOWN,
@@ -36,7 +36,8 @@ from exporter.rigctl.common import (
 )
 
 # The terminal colours rigctl health uses, by the doctor's statuses.
-COLOUR_OF = {Status.FAIL: "crit", Status.WARN: "warn", Status.SKIP: "unknown", Status.OK: "ok"}
+COLOUR_OF = {DoctorStatus.FAIL: "crit", DoctorStatus.WARN: "warn", DoctorStatus.SKIP: "unknown",
+             DoctorStatus.OK: "ok"}
 
 EXAMPLES = f"""examples:
   rigctl doctor --config.file /etc/rig-exporter/rig.toml
@@ -132,7 +133,7 @@ def _request(args: argparse.Namespace) -> Request:
 def print_verdict(verdict: Verdict, out: TextIO, colour: bool) -> None:
     checks = verdict.worst_first()
     counts = {s: sum(1 for c in checks if c.status is s) for s in
-              (Status.FAIL, Status.WARN, Status.OK, Status.SKIP)}
+              (DoctorStatus.FAIL, DoctorStatus.WARN, DoctorStatus.OK, DoctorStatus.SKIP)}
     tally = ", ".join(f"{n} {s.value}" for s, n in counts.items() if n)
     status = verdict.status
     print(f"rig doctor {coloured(status.value.upper(), COLOUR_OF[status], colour)}: {tally} "
@@ -149,5 +150,5 @@ def print_verdict(verdict: Verdict, out: TextIO, colour: bool) -> None:
                  check.subject.ljust(widths[2])]
         cells[0] = coloured(cells[0], COLOUR_OF[check.status], colour)
         print("  ".join(cells) + "  " + check.detail, file=out)
-        if check.fix and check.status is not Status.OK:
+        if check.fix and check.status is not DoctorStatus.OK:
             print(f"{indent}fix: {check.fix}", file=out)

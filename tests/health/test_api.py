@@ -11,7 +11,7 @@ from alerts.generate import main as alerts_main
 from alerts.generate import render
 from dashboards.generate import main as dashboards_main
 from exporter.config import load_config, read_config_file
-from exporter.health.report import Status
+from exporter.health.report import HealthStatus
 from exporter.runtime import Exporter
 from exporter.sim.rig.procfs_writer import HostSpec, write_proc
 from exporter.sources.host import HostReading
@@ -112,5 +112,5 @@ def test_one_threshold_moves_the_rule_the_health_check_and_the_dashboard_line(
                                                 "memory": 80.0})])
     moved = one(Watch(exporter_thresholds).at(0, rig), "gpu_hot", card="card1")
     default = one(Watch().at(0, rig), "gpu_hot", card="card1")
-    assert (moved.status, moved.threshold) == (Status.WARN, 95)
-    assert (default.status, default.threshold) == (Status.OK, 100)
+    assert (moved.status, moved.threshold) == (HealthStatus.WARN, 95)
+    assert (default.status, default.threshold) == (HealthStatus.OK, 100)

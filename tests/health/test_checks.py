@@ -6,7 +6,7 @@ import dataclasses
 
 import pytest
 
-from exporter.health.report import State, Status
+from exporter.health.report import HealthStatus, State
 from exporter.thresholds import Thresholds
 from tests.health.rig import Rig, Watch, card, engine, host, one, probe, statuses
 
@@ -22,10 +22,10 @@ class TestHealthyRig:
     def test_nothing_warns(self) -> None:
         report = Watch().over(0, 1900, 15, Rig(probes=[probe()]))
         assert statuses(report) == {}
-        assert report.status is Status.OK
+        assert report.status is HealthStatus.OK
         # Past every window (30 min of swap growth), nothing is unknown either,
         # but the CPU sensor (absent on a test machine) in the synthetic host is present.
-        assert [c.name for c in report.checks if c.status is Status.UNKNOWN] == []
+        assert [c.name for c in report.checks if c.status is HealthStatus.UNKNOWN] == []
 
     def test_worst_first(self) -> None:
         rig = Rig(cards=[card("card1"), downclocked("card2")])
@@ -33,7 +33,7 @@ class TestHealthyRig:
         ranks = [c.status.rank for c in report.checks]
         assert ranks == sorted(ranks, reverse=True)
         assert report.checks[0].name == "gpu_thermal_downclock"
-        assert report.status is Status.CRIT
+        assert report.status is HealthStatus.CRIT
 
 
 class TestThermalDownclock:
@@ -43,19 +43,20 @@ class TestThermalDownclock:
     def test_crit_while_it_holds_with_the_alerts_timing_in_the_reason(self) -> None:
         watch, rig = Watch(), Rig(cards=[downclocked(), card("card2")])
         first = one(watch.at(0, rig), "gpu_thermal_downclock", card="card1")
-        assert first.status is Status.CRIT
+        assert first.status is HealthStatus.CRIT
         assert "card1" in first.reason and "junction 107 °C" in first.reason
         assert "(for 0 s; RigGpuThermalDownclock fires after 2m)" in first.reason
         assert first.value == 1.4e9 / 2.304e9 and first.threshold == 0.8
         check = one(watch.over(0, 130, 15, rig), "gpu_thermal_downclock", card="card1")
-        assert check.status is Status.CRIT and check.reason.endswith("(for 2m10s)")
-        assert one(watch.at(145, rig), "gpu_thermal_downclock", card="card2").status is Status.OK
+        assert check.status is HealthStatus.CRIT and check.reason.endswith("(for 2m10s)")
+        cooled = one(watch.at(145, rig), "gpu_thermal_downclock", card="card2")
+        assert cooled.status is HealthStatus.OK
 
     def test_cooling_down_restarts_the_hold(self) -> None:
         watch = Watch()
         watch.over(0, 300, 15, Rig(cards=[downclocked()]))
         assert one(watch.at(315, Rig(cards=[card()])), "gpu_thermal_downclock",
-                   card="card1").status is Status.OK
+                   card="card1").status is HealthStatus.OK
         check = one(watch.over(330, 400, 15, Rig(cards=[downclocked()])),
                     "gpu_thermal_downclock", card="card1")
         assert "(for 1m10s; RigGpuThermalDownclock fires after 2m)" in check.reason
@@ -73,19 +74,19 @@ class TestThermalDownclock:
         ]
         for rig in rigs:
             report = Watch().over(0, 700, 30, rig)
-            assert one(report, "gpu_thermal_downclock", card="card1").status is Status.OK
+            assert one(report, "gpu_thermal_downclock", card="card1").status is HealthStatus.OK
         # A thermal reason other than the hotspot counts, with the clock down under load.
         throttled = Rig(cards=[card(clocks_hertz={"sclk": 1.4e9},
                                     throttle_reasons=frozenset({"thermal_memory"}))])
         assert one(watch.over(0, 700, 30, throttled), "gpu_thermal_downclock",
-                   card="card1").status is Status.CRIT
+                   card="card1").status is HealthStatus.CRIT
 
 
 class TestGpu:
     def test_hot_names_the_sensor(self) -> None:
         check = one(Watch().over(0, 150, 15, Rig(cards=[card(temperatures_celsius=HOT)])),
                     "gpu_hot", card="card1")
-        assert check.status is Status.WARN
+        assert check.status is HealthStatus.WARN
         assert check.value == 107 and check.threshold == 100
         assert "junction 107 °C" in check.reason
 
@@ -93,20 +94,20 @@ class TestGpu:
         capped = card(power_watts=339.0, throttle_reasons=frozenset({"power"}))
         check = one(Watch().over(0, 400, 15, Rig(cards=[capped])), "gpu_power_capped",
                     card="card1")
-        assert check.status is Status.OK and "power limit holds its clock" in check.reason
+        assert check.status is HealthStatus.OK and "power limit holds its clock" in check.reason
 
     def test_a_vanished_card_is_critical(self) -> None:
         rig = Rig(cards=[card("card1"), card("card2", present=False)])
         report = Watch().at(0, rig)
-        assert one(report, "gpu_present", card="card2").status is Status.CRIT
+        assert one(report, "gpu_present", card="card2").status is HealthStatus.CRIT
         # It pages once: the count leaves a card it saw vanish to gpu_present.
-        assert one(report, "gpu_count").status is Status.OK
+        assert one(report, "gpu_count").status is HealthStatus.OK
         assert "1 of 2" in one(report, "gpu_count").reason
 
     def test_a_card_never_seen_is_counted(self) -> None:
         report = Watch().at(0, Rig(cards=[card("card1")]))
         check = one(report, "gpu_count")
-        assert check.status is Status.CRIT and "1 never seen" in check.reason
+        assert check.status is HealthStatus.CRIT and "1 never seen" in check.reason
         assert not [c for c in Watch().at(0, Rig(cards=[card("card1")], expected_cards=0))
                     .checks if c.name == "gpu_count"]
 
@@ -116,10 +117,10 @@ class TestGpu:
               PcieLink("upstream", "current", 16e9, 4), PcieLink("upstream", "max", 16e9, 16)]
         x8 = [*x4[:2], PcieLink("upstream", "current", 16e9, 8), x4[3]]
         assert one(Watch().over(0, 300, 30, Rig(cards=[card(pcie_links=x4)])), "gpu_pcie",
-                   card="card1").status is Status.WARN
+                   card="card1").status is HealthStatus.WARN
         ok = one(Watch().over(0, 300, 30, Rig(cards=[card(pcie_links=x8)])), "gpu_pcie",
                  card="card1")
-        assert ok.status is Status.OK and "upstream x8 16 GT/s of x16 16 GT/s" in ok.reason
+        assert ok.status is HealthStatus.OK and "upstream x8 16 GT/s of x16 16 GT/s" in ok.reason
 
 
 class TestDecode:
@@ -127,13 +128,13 @@ class TestDecode:
         watch, rig = Watch(), Rig(engines=[engine(stall=47.2)])
         # A measured stall is not held again: firing at first sight, as the rule.
         check = one(watch.at(0, rig), "decode_starvation", engine="main")
-        assert check.status is Status.CRIT and check.state is State.FIRING
+        assert check.status is HealthStatus.CRIT and check.state is State.FIRING
         assert "main" in check.reason and "47.2 s" in check.reason
         assert check.value == 47.2 and check.threshold == 10
 
     @pytest.mark.parametrize(("lower", "upper", "status", "between"), [
-        (9.0, 12.25, Status.CRIT, "between 9 s and 12.2 s"),  # a true 12 s stall, 3 s polls
-        (7.75, 11.0, Status.OK, "between 7.8 s and 11 s"),  # a true 8 s one
+        (9.0, 12.25, HealthStatus.CRIT, "between 9 s and 12.2 s"),  # a true 12 s stall, 3 s polls
+        (7.75, 11.0, HealthStatus.OK, "between 7.8 s and 11 s"),  # a true 8 s one
     ])
     def test_starvation_judges_the_middle_of_the_bounds(self, lower, upper, status,
                                                         between) -> None:
@@ -146,28 +147,28 @@ class TestDecode:
     def test_a_probe_gap_counts_as_starvation_too(self) -> None:
         rig = Rig(engines=[engine(stall=None)], probes=[probe(max_gap=12.0)])
         check = one(Watch().over(0, 30, 15, rig), "decode_starvation", engine="main")
-        assert check.status is Status.CRIT and "probe waited 12 s" in check.reason
+        assert check.status is HealthStatus.CRIT and "probe waited 12 s" in check.reason
 
     def test_a_stall_under_the_threshold_is_not_starvation(self) -> None:
         check = one(Watch().over(0, 60, 15, Rig(engines=[engine(stall=9.9)])),
                     "decode_starvation", engine="main")
-        assert check.status is Status.OK
+        assert check.status is HealthStatus.OK
 
     def test_wedged_queue_needs_a_minute_of_history(self) -> None:
         rig = Rig(engines=[engine(queued_requests=3, running_requests=0)])
         watch = Watch()
-        assert one(watch.at(0, rig), "engine_wedged", engine="main").status is Status.UNKNOWN
+        assert one(watch.at(0, rig), "engine_wedged", engine="main").status is HealthStatus.UNKNOWN
         # A long cold prefill also shows none running: ok until the rule's 5m hold.
         check = one(watch.over(0, 60, 15, rig), "engine_wedged", engine="main")
-        assert check.status is Status.OK and "RigEngineWedged fires after 5m" in check.reason
+        assert check.status is HealthStatus.OK and "RigEngineWedged fires after 5m" in check.reason
         check = one(watch.over(60, 360, 15, rig), "engine_wedged", engine="main")
-        assert check.status is Status.CRIT and "3 queued, none running" in check.reason
+        assert check.status is HealthStatus.CRIT and "3 queued, none running" in check.reason
         assert check.alert == "RigEngineWedged"
 
     def test_where_a_probe_answers_it_decides_wedged(self) -> None:
         rig = Rig(engines=[engine(queued_requests=3, running_requests=0)], probes=[probe()])
         check = one(Watch().over(0, 360, 15, rig), "engine_wedged", engine="main")
-        assert check.status is Status.OK and "last stream probe ok" in check.reason
+        assert check.status is HealthStatus.OK and "last stream probe ok" in check.reason
 
     def test_stutter_counts_separate_minutes(self) -> None:
         watch = Watch(Thresholds(decode_stutter_for_seconds=0))
@@ -177,7 +178,7 @@ class TestDecode:
         # Steps every minute back from 645 s land on 105, 285 and 465 s: one per stall.
         check = one(watch.at(645, Rig(engines=[engine(stall=0.0)])), "decode_stutter",
                     engine="main")
-        assert check.status is Status.WARN and check.value == 3
+        assert check.status is HealthStatus.WARN and check.value == 3
         # A 12 s stall is starvation, not stutter; two stutter minutes are not enough.
         watch = Watch(Thresholds(decode_stutter_for_seconds=0))
         for minute in range(10):
@@ -185,21 +186,21 @@ class TestDecode:
             watch.over(minute * 60, minute * 60 + 45, 15, Rig(engines=[engine(stall=stall)]))
         check = one(watch.at(645, Rig(engines=[engine(stall=0.0)])), "decode_stutter",
                     engine="main")
-        assert check.status is Status.OK and check.value == 2
+        assert check.status is HealthStatus.OK and check.value == 2
 
     def test_stutter_is_unknown_until_the_window_fills(self) -> None:
         check = one(Watch().over(0, 300, 15, Rig()), "decode_stutter", engine="main")
-        assert check.status is Status.UNKNOWN and "watched 5m of 10m" in check.reason
+        assert check.status is HealthStatus.UNKNOWN and "watched 5m of 10m" in check.reason
 
     def test_failed_probe_while_the_engine_answers(self) -> None:
         rig = Rig(probes=[probe(success=False, reason="HTTP 503 'overloaded'")])
         check = one(Watch().over(0, 300, 30, rig), "engine_wedged", engine="main")
-        assert check.status is Status.CRIT and "HTTP 503" in check.reason
+        assert check.status is HealthStatus.CRIT and "HTTP 503" in check.reason
 
     def test_engine_down_hides_its_other_checks(self) -> None:
         rig = Rig(down={"engine/main": "GET http://127.0.0.1:30000/metrics: refused"})
         report = Watch().over(0, 300, 30, rig)
-        assert one(report, "engine_up", engine="main").status is Status.CRIT
+        assert one(report, "engine_up", engine="main").status is HealthStatus.CRIT
         assert "refused" in one(report, "engine_up", engine="main").reason
         assert not [c for c in report.checks if c.labels.get("engine") == "main"
                     and c.name != "engine_up"]
@@ -209,28 +210,30 @@ class TestQueueAndKv:
     def test_head_of_line_after_five_minutes(self) -> None:
         rig = Rig(engines=[engine(queued_requests=2, running_requests=1)])
         watch = Watch()
-        assert one(watch.over(0, 290, 30, rig), "queue", engine="main").status is Status.OK
-        assert one(watch.over(290, 300, 10, rig), "queue", engine="main").status is Status.WARN
+        assert one(watch.over(0, 290, 30, rig), "queue", engine="main").status is HealthStatus.OK
+        held = one(watch.over(290, 300, 10, rig), "queue", engine="main")
+        assert held.status is HealthStatus.WARN
 
     def test_kv_usage_and_retractions(self) -> None:
         full = Rig(engines=[engine(kv_usage_ratio=0.97)])
-        assert one(Watch().over(0, 300, 30, full), "kv_pool", engine="main").status is Status.WARN
+        kv_pool = one(Watch().over(0, 300, 30, full), "kv_pool", engine="main")
+        assert kv_pool.status is HealthStatus.WARN
         watch = Watch()
         watch.over(0, 300, 30, Rig(engines=[engine(retracted_requests_total=4)]))
         check = one(watch.at(315, Rig(engines=[engine(retracted_requests_total=6)])),
                     "kv_pool", engine="main")
-        assert check.status is Status.WARN and "2 requests retracted" in check.reason
+        assert check.status is HealthStatus.WARN and "2 requests retracted" in check.reason
         # The counter created by the first retractions (absent before) counts from 0.
         watch = Watch()
         watch.over(0, 120, 30, Rig())
         check = one(watch.at(135, Rig(engines=[engine(retracted_requests_total=3)])),
                     "kv_pool", engine="main")
-        assert check.status is Status.WARN and "3 requests retracted" in check.reason
+        assert check.status is HealthStatus.WARN and "3 requests retracted" in check.reason
         # Near miss: a counter that stood still for the whole window.
         watch = Watch()
         check = one(watch.over(0, 330, 30, Rig(engines=[engine(retracted_requests_total=3)])),
                     "kv_pool", engine="main")
-        assert check.status is Status.OK
+        assert check.status is HealthStatus.OK
 
 
 
@@ -247,15 +250,15 @@ class TestSpeculativeDecoding:
     def test_low_acceptance_while_decoding_warns_after_ten_minutes(self) -> None:
         watch = Watch()
         check = one(self.decoding(watch, 0, 585, 1.2), "spec_acceptance", engine="main")
-        assert check.status is Status.OK and "1.20 tokens a decode step" in check.reason
+        assert check.status is HealthStatus.OK and "1.20 tokens a decode step" in check.reason
         check = one(self.decoding(watch, 600, 615, 1.2), "spec_acceptance", engine="main")
-        assert check.status is Status.WARN
+        assert check.status is HealthStatus.WARN
 
     def test_healthy_idle_or_absent_is_quiet(self) -> None:
         healthy = self.decoding(Watch(), 0, 900, 2.71)
-        assert one(healthy, "spec_acceptance", engine="main").status is Status.OK
+        assert one(healthy, "spec_acceptance", engine="main").status is HealthStatus.OK
         idle = self.decoding(Watch(), 0, 900, 1.2, per_step=0.0)  # the last value, kept
-        assert one(idle, "spec_acceptance", engine="main").status is Status.OK
+        assert one(idle, "spec_acceptance", engine="main").status is HealthStatus.OK
         off = Watch().over(0, 900, 15, Rig())  # no speculative decoding: no such check
         assert not [c for c in off.checks if c.name == "spec_acceptance"]
 
@@ -284,7 +287,7 @@ class TestHiCache:
             prompt_tokens_total=5000 * 345, tiers={"L1": 3000 * 345, "L2": 100 * 345})])
         )
         check = one(report, "hicache_churn", engine="main")
-        assert check.status is Status.WARN
+        assert check.status is HealthStatus.WARN
         assert check.value == 800 and "L2 serves 2.0% of prompt tokens" in check.reason
         assert statuses(report) == {"hicache_churn[main]": "warn"}
 
@@ -295,7 +298,7 @@ class TestHiCache:
                   tier_L2=2000)
         report = watch.monitor.report
         assert report is not None
-        assert one(report, "hicache_churn", engine="main").status is Status.OK
+        assert one(report, "hicache_churn", engine="main").status is HealthStatus.OK
 
     def test_full_l2_while_evicting(self) -> None:
         watch = Watch(self.T)
@@ -304,7 +307,7 @@ class TestHiCache:
             hicache_host_capacity_tokens=500_000, hicache_host_used_tokens=495_000,
             hicache_evicted_tokens_total=50 * 345)]))
         check = one(report, "hicache_l2_occupancy", engine="main")
-        assert check.status is Status.WARN and "99% full" in check.reason
+        assert check.status is HealthStatus.WARN and "99% full" in check.reason
 
     def test_no_hicache_no_checks(self) -> None:
         report = Watch().over(0, 60, 15, Rig())
@@ -320,29 +323,29 @@ class TestHost:
             return Rig(host=host(swap_in_bytes_total=2 * 1024**2 * s,
                                  swap_out_bytes_total=1024**2 * s))
 
-        assert one(watch.at(0, rig(0)), "host_swap").status is Status.UNKNOWN
+        assert one(watch.at(0, rig(0)), "host_swap").status is HealthStatus.UNKNOWN
         for s in range(15, 301, 15):
             report = watch.at(s, rig(s))
         check = one(report, "host_swap")
-        assert check.status is Status.WARN and "3.0 MiB/s" in check.reason
+        assert check.status is HealthStatus.WARN and "3.0 MiB/s" in check.reason
         assert statuses(report) == {"host_swap[]": "warn"}
 
     def test_memory_pressure_is_critical(self) -> None:
         rig = Rig(host=host(memory_available_bytes=2 * 1024**3))
         check = one(Watch().over(0, 120, 15, rig), "host_memory")
-        assert check.status is Status.CRIT and "3.1% of RAM available" in check.reason
+        assert check.status is HealthStatus.CRIT and "3.1% of RAM available" in check.reason
 
     def test_cpu_hot_and_a_missing_sensor(self) -> None:
         assert one(Watch().over(0, 300, 30, Rig(host=host(cpu_temperatures_celsius={
-            "Tctl": 93.0}))), "cpu_temperature").status is Status.WARN
+            "Tctl": 93.0}))), "cpu_temperature").status is HealthStatus.WARN
         check = one(Watch().at(0, Rig(host=host(cpu_temperatures_celsius={}))),
                     "cpu_temperature")
-        assert check.status is Status.UNKNOWN and "no CPU temperature sensor" in check.reason
+        assert check.status is HealthStatus.UNKNOWN and "no CPU temperature sensor" in check.reason
 
     def test_a_source_down_names_itself(self) -> None:
         report = Watch().over(0, 300, 30, Rig(down={"host": "host read: blocked"}))
         check = one(report, "exporter_source", source="host")
-        assert check.status is Status.WARN and "blocked" in check.reason
+        assert check.status is HealthStatus.WARN and "blocked" in check.reason
         assert not [c for c in report.checks if c.name.startswith("host_")]
 
 
@@ -353,13 +356,13 @@ class TestAlertState:
         capped = Rig(cards=[card(power_watts=339.0, throttle_reasons=frozenset({"power"}))])
         watch = Watch()
         check = one(watch.over(0, 290, 10, capped), "gpu_power_capped", card="card1")
-        assert check.state is State.PENDING and check.status is Status.OK
+        assert check.state is State.PENDING and check.status is HealthStatus.OK
         check = one(watch.over(290, 300, 10, capped), "gpu_power_capped", card="card1")
-        assert check.state is State.FIRING and check.status is Status.OK
+        assert check.state is State.FIRING and check.status is HealthStatus.OK
         assert one(watch.at(310, Rig()), "gpu_power_capped", card="card1").state is State.INACTIVE
         check = one(Watch().at(0, Rig(engines=[engine(queued_requests=3, running_requests=0)])),
                     "engine_wedged")
-        assert check.status is Status.UNKNOWN and check.state is None
+        assert check.status is HealthStatus.UNKNOWN and check.state is None
 
     def test_a_shared_line_reports_the_rule_that_fires_first(self) -> None:
         watch = Watch()
@@ -368,7 +371,7 @@ class TestAlertState:
         check = one(watch.over(135, 300, 15, full_and_retracting), "kv_pool")
         # The usage holds too, but its alert waits 5 min; the retractions' fires at once.
         assert (check.signal, check.state, check.status) == ("retractions", State.FIRING,
-                                                              Status.WARN)
+                                                              HealthStatus.WARN)
         # Both fire: the line keeps to the check's first condition.
         still = Rig(engines=[engine(kv_usage_ratio=0.97, retracted_requests_total=4)])
         check = one(watch.over(300, 435, 15, still), "kv_pool")
@@ -388,11 +391,11 @@ class TestAlertState:
 
 def test_report_status_ignores_unknown() -> None:
     from exporter.health.report import Check, Report
-    unknown = Check("x", Status.UNKNOWN, None, None, "s", "why")
-    ok = dataclasses.replace(unknown, status=Status.OK)
-    assert Report((unknown, ok), 0, 0).status is Status.OK
-    assert Report((unknown,), 0, 0).status is Status.UNKNOWN
-    assert Report((), 0, 0).status is Status.UNKNOWN
+    unknown = Check("x", HealthStatus.UNKNOWN, None, None, "s", "why")
+    ok = dataclasses.replace(unknown, status=HealthStatus.OK)
+    assert Report((unknown, ok), 0, 0).status is HealthStatus.OK
+    assert Report((unknown,), 0, 0).status is HealthStatus.UNKNOWN
+    assert Report((), 0, 0).status is HealthStatus.UNKNOWN
 
 
 def test_a_tap_gap_counts_as_starvation() -> None:
@@ -407,7 +410,7 @@ def test_a_tap_gap_counts_as_starvation() -> None:
 
     check = one(Watch().at(0, TapRig(engines=[engine(stall=None)])), "decode_starvation",
                 engine="main")
-    assert check.status is Status.CRIT
+    assert check.status is HealthStatus.CRIT
     assert "stream tap waited 12.5 s" in check.reason and "3 streams open" in check.reason
 
 
@@ -430,4 +433,4 @@ def test_stutter_minutes_count_from_the_tap_or_the_tracker() -> None:
         watch.over(minute * 60, minute * 60 + 45, 15, rig)
     check = one(watch.at(645, TapRig(engines=[engine(stall=0.0)])), "decode_stutter",
                 engine="main")
-    assert check.status is Status.WARN and check.value == 3
+    assert check.status is HealthStatus.WARN and check.value == 3
