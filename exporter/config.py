@@ -9,7 +9,6 @@ from __future__ import annotations
 import ipaddress
 import os
 import re
-import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -18,6 +17,7 @@ from urllib.parse import urlsplit
 
 from exporter.process.log_limits import REPEAT_INTERVAL_SECONDS
 from exporter.thresholds import Thresholds
+from exporter.validation import BadValue, checked_number, read_toml
 
 DEFAULT_LISTEN_ADDRESS = "127.0.0.1:9842"
 ENGINE_KINDS = ("sglang", "vllm")
@@ -186,12 +186,9 @@ def default_of(table: str, key: str) -> Any:
 
 def read_config_file(path: str | Path) -> dict[str, Any]:
     try:
-        with open(path, "rb") as f:
-            return tomllib.load(f)
-    except OSError as exc:
-        raise ConfigError("config.file", str(path), exc.strerror or str(exc)) from exc
-    except tomllib.TOMLDecodeError as exc:
-        raise ConfigError("config.file", str(path), f"not valid TOML: {exc}") from exc
+        return read_toml(path)
+    except BadValue as exc:
+        raise ConfigError("config.file", str(path), str(exc)) from exc
 
 
 def load_config(raw: Mapping[str, Any]) -> Config:
@@ -493,23 +490,16 @@ def _choice(key: str, value: object, choices: tuple[str, ...]) -> str:
     return str(value)
 
 
-def _number(key: str, value: object, integer: bool = False) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise ConfigError(key, value, "must be a number")
-    if integer and not float(value).is_integer():
-        raise ConfigError(key, value, "must be a whole number")
-    return float(value)
+def _number(key: str, value: object, integer: bool, positive: bool) -> float:
+    try:
+        return float(checked_number(value, whole=integer, positive=positive))
+    except BadValue as exc:
+        raise ConfigError(key, value, str(exc)) from exc
 
 
 def _positive(key: str, value: object, integer: bool = False) -> float:
-    number = _number(key, value, integer)
-    if number <= 0:
-        raise ConfigError(key, value, "must be greater than 0")
-    return number
+    return _number(key, value, integer, positive=True)
 
 
 def _non_negative(key: str, value: object, integer: bool = False) -> float:
-    number = _number(key, value, integer)
-    if number < 0:
-        raise ConfigError(key, value, "must be 0 or more")
-    return number
+    return _number(key, value, integer, positive=False)

@@ -16,12 +16,12 @@ exporter, the CLI and the rule generator alike.
 from __future__ import annotations
 
 import dataclasses
-import math
-import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass
 from os import PathLike
 from typing import Any
+
+from exporter.validation import BadValue, checked_number, read_toml
 
 MIB = 1024 * 1024
 
@@ -177,12 +177,9 @@ def thresholds_from_config(path: str | PathLike[str]) -> Thresholds:
     Raises ValueError naming the file, and the key and value where one is bad.
     """
     try:
-        with open(path, "rb") as f:
-            raw = tomllib.load(f)
-    except OSError as exc:
-        raise ValueError(f"{path}: {exc.strerror or exc}") from exc
-    except tomllib.TOMLDecodeError as exc:
-        raise ValueError(f"{path}: not valid TOML: {exc}") from exc
+        raw = read_toml(path)
+    except BadValue as exc:
+        raise ValueError(f"{path}: {exc}") from exc
     table = raw.get("thresholds", {})
     if not isinstance(table, Mapping):
         raise ValueError(f"{path}: thresholds must be a table ([thresholds]), got {table!r}")
@@ -193,16 +190,11 @@ def thresholds_from_config(path: str | PathLike[str]) -> Thresholds:
 
 
 def _checked(key: str, type_name: object, value: object) -> int | float:
-    # bool is an int subclass; `kv_usage_ratio = true` is a mistake, not 1.
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise ValueError(f"thresholds.{key}: expected a number, got {value!r}")
-    if type_name == "int":
-        if not isinstance(value, int):
-            raise ValueError(f"thresholds.{key}: expected an integer, got {value!r}")
-    elif not math.isfinite(value):
-        raise ValueError(f"thresholds.{key}: expected a finite number, got {value!r}")
-    if value < 0:
-        raise ValueError(f"thresholds.{key}: must not be negative, got {value!r}")
-    if key.endswith("_ratio") and value > 1:
-        raise ValueError(f"thresholds.{key}: a ratio must be within 0..1, got {value!r}")
-    return value if type_name == "int" else float(value)
+    """A value of 0 or more; a whole one for an int field; a ratio within 0..1."""
+    whole = type_name == "int"
+    try:
+        number = checked_number(value, whole=whole,
+                                at_most=1 if key.endswith("_ratio") else None)
+    except BadValue as exc:
+        raise ValueError(f"thresholds.{key} {exc}, got {value!r}") from exc
+    return int(number) if whole else float(number)
