@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from grafanalib.core import Dashboard
 
-from alerts.rules.common import CHURN_RATE, HOST_USAGE
+from alerts.rules.common import ANY_HIT_SHARE, CHURN_RATE, HIT_SHARE, HOST_USAGE
 from dashboards.panels import (
     TOKENS,
     TOKENS_PER_SECOND,
@@ -27,9 +27,6 @@ from dashboards.panels import (
     timeseries,
 )
 from exporter.thresholds import Thresholds
-
-HIT_SHARE = "engine_tier:rig_engine_cache_hit_tokens:ratio_rate5m"
-ANY_HIT_SHARE = "engine:rig_engine_cache_hit_tokens:ratio_rate5m"
 
 
 def build(t: Thresholds) -> Dashboard:

@@ -15,7 +15,15 @@ from __future__ import annotations
 
 from grafanalib.core import Dashboard
 
-from alerts.rules.common import HEADROOM, HOST_USAGE, MEM_AVAILABLE, SWAP_IO, dur
+from alerts.rules.common import (
+    ANY_HIT_SHARE,
+    HEADROOM,
+    HIT_SHARE,
+    HOST_USAGE,
+    MEM_AVAILABLE,
+    SWAP_IO,
+    dur,
+)
 from dashboards.panels import (
     ALERT_LABELS,
     ALERT_STATE_COLORS,
@@ -166,7 +174,7 @@ def _cache(t: Thresholds) -> list:
                  f"({rate('rig_engine_retracted_requests_total', fn='increase')})")
     capacity = sel("rig_engine_kv_capacity_tokens")
     host_capacity = sel("rig_engine_hicache_host_capacity_tokens")
-    recomputed = f"1 - {sel('engine:rig_engine_cache_hit_tokens:ratio_rate5m')}"
+    recomputed = f"1 - {sel(ANY_HIT_SHARE)}"
     agents = sel("rig_agent_last_prompt_tokens")
     context = f"sum by ({BY_RIG_ENGINE}) ({agents})"
     # HiCache's L2 counts only where it is on.
@@ -426,7 +434,7 @@ def _glance() -> Section:
             "The share of prompt tokens each tier served over 5 min (L1 GPU, L2 host RAM,"
             " L3 storage).",
             "percentunit",
-            targets((sel("engine_tier:rig_engine_cache_hit_tokens:ratio_rate5m"),
+            targets((sel(HIT_SHARE),
                      "{{engine}} {{tier}}")),
             min_value=0, max_value=1, w=8,
         ),

@@ -36,7 +36,7 @@ MIN_STALL_SECONDS = 1.0
 @dataclass(frozen=True)
 class Thresholds:
     # The range of the rules' rates (and of the health checks' rate windows):
-    # the recorded `*:rate5m` series are named after the default.
+    # the recorded `*:rate_window` series are rates over it.
     rate_window_seconds: int = 300
 
     # --- decode (stall tracker and stream probe) ---------------------------

@@ -25,14 +25,19 @@ COUNT = '{{ $value | printf "%.0f" }}'
 # counter's rate per second, or the age of a request.
 STALL_LENGTH, PER_SECOND, AGE = "stall length", "per second", "age"
 
-# Recorded series shared by the alerts below and the dashboards.
-PROMPT_RATE = "engine:rig_engine_prompt_tokens:rate5m"
-CHURN_RATE = "engine:rig_engine_hicache_churn_tokens:rate5m"
+# Recorded series shared by the alerts below and the dashboards. `rate_window` is a
+# rate over the configured `rate_window_seconds` (5 min by default): the name says
+# which window without changing when the owner changes it.
+PROMPT_RATE = "engine:rig_engine_prompt_tokens:rate_window"
+CHURN_RATE = "engine:rig_engine_hicache_churn_tokens:rate_window"
+# Each tier's share of the prompt tokens, and all tiers' together.
+HIT_SHARE = "engine_tier:rig_engine_cache_hit_tokens:ratio_rate_window"
+ANY_HIT_SHARE = "engine:rig_engine_cache_hit_tokens:ratio_rate_window"
 HOST_USAGE = "engine:rig_engine_hicache_host_usage:ratio"
 SCLK_RATIO = "card:rig_gpu_sclk:ratio"
 HEADROOM = "card_sensor:rig_gpu_temperature_headroom:celsius"
 MEM_AVAILABLE = "instance:rig_host_memory_available:ratio"
-SWAP_IO = "instance:rig_host_swap_io_bytes:rate5m"
+SWAP_IO = "instance:rig_host_swap_io_bytes:rate_window"
 
 
 def dur(seconds: float) -> str:

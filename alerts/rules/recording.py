@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 from alerts.rules.common import (
+    ANY_HIT_SHARE,
     CHURN_RATE,
     HEADROOM,
+    HIT_SHARE,
     HOST_USAGE,
     MEM_AVAILABLE,
     PROMPT_RATE,
@@ -26,10 +28,10 @@ def recording_rules(t: Thresholds) -> list[dict[str, str]]:
         "engine:rig_engine_decode_batches:rate1m": "rate(rig_engine_decode_batches_total[1m])",
         # Per-tier hit share of prompt tokens (counter ratio: sglang#26608
         # shows the cache_hit_rate gauge is overwritten per batch).
-        "engine_tier:rig_engine_cache_hit_tokens:ratio_rate5m": (
+        HIT_SHARE: (
             f"{hits_rate} / ignoring (tier) group_left () ({PROMPT_RATE} > 0)"
         ),
-        "engine:rig_engine_cache_hit_tokens:ratio_rate5m": (
+        ANY_HIT_SHARE: (
             f"(sum without (tier) ({hits_rate}) or {PROMPT_RATE} * 0) / ({PROMPT_RATE} > 0)"
         ),
         # L1<->L2 churn: tokens that both left L1 and came back up from L2,

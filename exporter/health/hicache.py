@@ -71,7 +71,7 @@ def _churn(c: Context, labels: dict[str, str], reading: EngineReading) -> list[S
         return c.history.rate(_key(labels, family), c.now, window)
 
     loaded, evicted = rate("hicache_loaded_back_tokens_total"), rate("hicache_evicted_tokens_total")
-    # engine:rig_engine_hicache_churn_tokens:rate5m: the smaller of the two rates.
+    # engine:rig_engine_hicache_churn_tokens:rate_window: the smaller of the two rates.
     churn = loaded if evicted is None or loaded is None else min(evicted, loaded)
     prompts = rate("prompt_tokens_total")
     l2_share = None

@@ -38,7 +38,7 @@ def test_every_hold_and_window_is_divided_exactly_once() -> None:
 def test_compared_values_scale_and_the_rest_do_not() -> None:
     fast = "\n".join(r["expr"] for r in _rules(FACTOR))
     assert "rig_engine_decode_stall_max_upper_seconds) / 2 >= 1\n" in fast  # 10 s stall / 10
-    assert "rig_engine_hicache_churn_tokens:rate5m >= 4000" in fast  # 400 tok/s x 10
+    assert "rig_engine_hicache_churn_tokens:rate_window >= 4000" in fast  # 400 tok/s x 10
     assert "rig_engine_kv_usage_ratio >= 0.95" in fast  # a ratio
     assert "rig_gpu_busy_ratio >= 0.8" in fast  # a ratio of a gauge
 

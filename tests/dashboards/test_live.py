@@ -47,9 +47,9 @@ THERMAL = [q for q in QUERIES if _scenario(q) == "thermal"]
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     with running_stack(tmp_path_factory.mktemp("live")) as stack:
         # Recorded series over counters need two scrapes and a rule evaluation.
-        for recorded in ("engine_tier:rig_engine_cache_hit_tokens:ratio_rate5m",
-                         "engine:rig_engine_hicache_churn_tokens:rate5m",
-                         "instance:rig_host_swap_io_bytes:rate5m",
+        for recorded in ("engine_tier:rig_engine_cache_hit_tokens:ratio_rate_window",
+                         "engine:rig_engine_hicache_churn_tokens:rate_window",
+                         "instance:rig_host_swap_io_bytes:rate_window",
                          f'rig_probe_success{{rig="{RIG}"}}',
                          "rig_stream_generated_tokens_total"):
             stack.wait_for(recorded, timeout=90)
