@@ -8,26 +8,21 @@ traffic while it watched); skips do not change the exit status.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from enum import StrEnum
 from typing import Any
 
+from exporter.ranked import Ranked
 
-class DoctorStatus(StrEnum):
+
+class DoctorStatus(Ranked):
     """A doctor check's outcome: a setup question, not the rig's health (that is
-    exporter/health/report.py's HealthStatus)."""
+    exporter/health/report.py's HealthStatus). Mildest first."""
 
     OK = "ok"
     SKIP = "skip"
     WARN = "warn"
     FAIL = "fail"
 
-    @property
-    def rank(self) -> int:
-        return _RANK[self]
 
-
-_RANK = {DoctorStatus.OK: 0, DoctorStatus.SKIP: 1, DoctorStatus.WARN: 2,
-         DoctorStatus.FAIL: 3}
 # 3 is the exporter that cannot be reached, before any check (exporter/rigctl/doctor.py).
 EXIT_FOR_STATUS = {DoctorStatus.OK: 0, DoctorStatus.SKIP: 0, DoctorStatus.WARN: 1,
                    DoctorStatus.FAIL: 2}

@@ -8,42 +8,29 @@ which also gives the state the mirrored alert would be in.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from enum import StrEnum
 from typing import Any
 
+from exporter.ranked import Ranked
 
-class HealthStatus(StrEnum):
+
+class HealthStatus(Ranked):
     """A health check's verdict on the rig, at its rule's severity (not the doctor's
-    DoctorStatus, which judges the setup)."""
+    DoctorStatus, which judges the setup). Mildest first: an unknown check ranks
+    above an ok one and below a warning."""
 
     OK = "ok"
+    UNKNOWN = "unknown"
     WARN = "warn"
     CRIT = "crit"
-    UNKNOWN = "unknown"
-
-    @property
-    def rank(self) -> int:
-        """Worst first: crit, warn, unknown, ok."""
-        return _RANK[self]
 
 
-_RANK = {HealthStatus.OK: 0, HealthStatus.UNKNOWN: 1, HealthStatus.WARN: 2, HealthStatus.CRIT: 3}
-
-
-class State(StrEnum):
+class State(Ranked):
     """The mirrored alert's state in Prometheus' words, as the exporter has watched
     its condition: pending while it holds for less than the rule's `for`."""
 
     INACTIVE = "inactive"
     PENDING = "pending"
     FIRING = "firing"
-
-    @property
-    def rank(self) -> int:
-        return _STATE_RANK[self]
-
-
-_STATE_RANK = {State.INACTIVE: 0, State.PENDING: 1, State.FIRING: 2}
 # A rule's severity when it fires; info (RigGpuPowerCapped) is expected, not trouble.
 SEVERITY_STATUS = {"critical": HealthStatus.CRIT, "warning": HealthStatus.WARN,
                    "info": HealthStatus.OK}
