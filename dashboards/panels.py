@@ -43,6 +43,8 @@ from grafanalib.core import (
     TimeSeries,
 )
 
+from exporter.schema import CARD_LABEL, ENGINE_LABEL, RIG_LABEL, TARGET_LABELS, label_list
+
 # Grafana 10.4 / 11.x write 39; newer releases migrate it forward on load.
 SCHEMA_VERSION = 39
 DATASOURCE = {"type": "prometheus", "uid": "${datasource}"}
@@ -64,10 +66,11 @@ TOKENS = "suffix: tok"
 # 80 px on a 1920-px screen. grafanalib's fixed 100 gave a 5 min step over 6 h.
 PX_PER_COLUMN = 80
 
-# Variables in the order they are shown, each with the label it selects.
-# `engine` selects the configured engine name (`engine`), not its kind (`kind`).
-VARIABLE_LABELS = {"job": "job", "instance": "instance", "rig": "rig",
-                   "card": "card", "engine": "engine"}
+# The variables that select a target, then each variable in the order they are shown
+# with the label it selects (exporter/schema.py). `engine` selects the configured
+# engine name (`engine`), not its kind (`kind`).
+TARGET_VARIABLES = (*TARGET_LABELS, RIG_LABEL)
+VARIABLE_LABELS = {name: name for name in (*TARGET_VARIABLES, CARD_LABEL, ENGINE_LABEL)}
 VARIABLE_SOURCES = {
     "job": "rig_build_info",
     "instance": 'rig_build_info{job=~"$job"}',
@@ -75,7 +78,6 @@ VARIABLE_SOURCES = {
     "card": 'rig_gpu_present{job=~"$job", instance=~"$instance", rig=~"$rig"}',
     "engine": 'rig_engine_info{job=~"$job", instance=~"$instance", rig=~"$rig"}',
 }
-TARGET_VARIABLES = ("job", "instance", "rig")
 
 # Series that carry `card` or `engine`, raw or recorded (alerts/rules/common.py).
 # rig_gpu_expected_cards is per exporter, not per card.
@@ -87,9 +89,9 @@ def sel(metric: str, *matchers: str) -> str:
     """`metric` with the dashboard's variable matchers and any extra `matchers`."""
     labels = [f'{VARIABLE_LABELS[v]}=~"${v}"' for v in TARGET_VARIABLES]
     if _CARD_SERIES.match(metric):
-        labels.append('card=~"$card"')
+        labels.append(f'{CARD_LABEL}=~"${CARD_LABEL}"')
     if _ENGINE_SERIES.match(metric):
-        labels.append('engine=~"$engine"')
+        labels.append(f'{ENGINE_LABEL}=~"${ENGINE_LABEL}"')
     return metric + "{" + ", ".join([*labels, *matchers]) + "}"
 
 
@@ -359,7 +361,7 @@ def _datasource_variable() -> Template:
 def templating(panels: Sequence[Panel]) -> Templating:
     """The datasource, job, instance and rig variables, and card / engine when used."""
     text = " ".join(t.expr for p in panels for t in p.targets)
-    names = [*TARGET_VARIABLES] + [v for v in ("card", "engine") if f"${v}" in text]
+    names = [*TARGET_VARIABLES] + [v for v in (CARD_LABEL, ENGINE_LABEL) if f"${v}" in text]
     return Templating(list=[_datasource_variable(), *(_variable(n) for n in names)])
 
 
@@ -397,7 +399,8 @@ def layout(sections: Sequence[Section]) -> list[Panel]:
 
 
 # The labels that tell two rig alerts apart: which rule (signal), card, sensor, engine.
-ALERT_LABELS = "rig, alertname, severity, signal, card, sensor, engine"
+ALERT_LABELS = label_list(RIG_LABEL, "alertname", "severity", "signal", CARD_LABEL, "sensor",
+                          ENGINE_LABEL)
 ALERT_STATE_COLORS = {"pending": "orange", "firing": "red"}
 
 
