@@ -20,7 +20,7 @@ from exporter.process.log_limits import REPEAT_INTERVAL_SECONDS
 from exporter.thresholds import Thresholds
 
 DEFAULT_LISTEN_ADDRESS = "127.0.0.1:9842"
-ENGINE_KINDS = ("sglang", "vllm")
+ENGINE_KINDS = ("sglang", "vllm", "llamacpp")
 GPU_BACKENDS = ("auto", "sysfs", "pyrsmi", "none")
 GPU_CARD_SELECTIONS = ("discrete", "all")
 LOG_LEVELS = ("debug", "info", "warning", "error")
