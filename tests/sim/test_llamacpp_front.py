@@ -112,3 +112,42 @@ def test_exporter_reads_a_simulated_llamacpp_and_its_stall():
     assert high - low <= 0.6  # two polls of 0.25 s, and their answers
     assert done["rig_engine_generation_tokens_total"] == 400
     assert done["rig_engine_slot_processing[0]"] == 0
+
+
+def test_a_llamacpp_rig_serves_its_agents_through_the_tap() -> None:
+    """`python -m exporter.sim --engine-kind llamacpp`, as `rigctl demo --engine-kind
+    llamacpp` starts it: the exporter reads it as kind llamacpp, and every agent
+    (creative on the native /completion) is timed and counted through the tap."""
+    from exporter.sim.agents import NATIVE, roster_for
+    from exporter.sim.rig.simrig import SimRig
+    from tests.scrape import get, serving
+
+    roster = roster_for("llamacpp")
+    assert [s.route for s in roster if s.name == "creative"] == [NATIVE]
+
+    async def run() -> tuple[str, set[str], list]:
+        async with SimRig(time_scale=50.0, stall_scale=2.0, engine_kind="llamacpp") as rig:
+            exporter = Exporter(rig.exporter_config())
+            async with serving(exporter) as url:
+                tasks = []
+                for spec in roster:
+                    agent = rig.agent(spec.name)
+                    agent.start_session(500)
+                    tasks.append(agent.send(20))
+                await asyncio.wait_for(asyncio.gather(*tasks), 20)
+                # A second turn on creative's session: its prefix comes from the cache.
+                await asyncio.wait_for(rig.agent("creative").send(5), 20)
+                outcomes = {t.outcome for spec in roster for t in rig.agent(spec.name).turns}
+                await asyncio.sleep(0.3)
+                _, _, text = await get(url + "/metrics")
+                return text, outcomes, list(rig.agent("creative").turns)
+
+    text, outcomes, creative = asyncio.run(run())
+    assert outcomes == {"done"}
+    for spec in roster:
+        assert (f'rig_agent_requests_total{{agent="{spec.name}",engine="main",'
+                f'kind="llamacpp",outcome="ok"}}') in text, spec.name
+    assert 'rig_engine_slot_context_tokens{engine="main",kind="llamacpp",slot="0"}' in text
+    assert 'rig_engine_decode_stall_plan_info{engine="main",in_flight="slots_decoding"' in text
+    # The native stream's last frame says the cached part (timings.cache_n).
+    assert creative[-1].tokens == 5 and (creative[-1].cached_tokens or 0) > 500
