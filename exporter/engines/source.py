@@ -156,7 +156,7 @@ class EngineSource:
             return None
         subject = f"engine {self.config.name} /slots"
         try:
-            slots = parse_slots(await self.slots_body.recent())
+            slots = parse_slots((await self.slots_body.recent()).text)
         except SourceError as exc:
             # Started without --slots: the per-slot series and the stall tracker are
             # absent, and this says why (docs/facts/llamacpp.md#slots).

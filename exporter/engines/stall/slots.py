@@ -14,13 +14,15 @@ batch's time during a long prefill (docs/facts/llamacpp.md#slots).
   slot still reading its prompt waits for its first token (its TTFT), not decode.
 
 This module holds the reader and the plan; the state machine and the poll loop are
-the tracker's (`tracker.py`), unchanged: an observation is stamped when /slots
-answers.
+the tracker's (`tracker.py`), unchanged: each reading carries when /slots was asked
+for and answered, and the bounds are drawn from both
+(docs/stall-tracker.md#honest-bounds).
 """
 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 
 from exporter.engines.slots import Slot, parse_slots
 from exporter.engines.stall.plans import Choice, SignalPlan
@@ -28,6 +30,16 @@ from exporter.engines.stall.progress import Progress
 from exporter.engines.stall.readers import MetricsBody
 
 SLOTS_PLAN = SignalPlan("llamacpp_slots", "slot_n_decoded", "slots_decoding")
+
+
+@dataclass(frozen=True)
+class SlotsReading:
+    """The slots, and when /slots was asked for and answered: the fields of the
+    tracker's CounterReading (readers.py), so that its poll loop reads either."""
+
+    counters: list[Slot]
+    asked_at: float
+    answered_at: float
 
 
 class SlotsReader:
@@ -41,8 +53,9 @@ class SlotsReader:
         self.body = body
         self.interval_seconds = interval_seconds
 
-    async def read(self) -> list[Slot]:
-        return parse_slots(await self.body.fresh())
+    async def read(self) -> SlotsReading:
+        fetched = await self.body.fresh()
+        return SlotsReading(parse_slots(fetched.text), fetched.asked_at, fetched.answered_at)
 
     def resolution_seconds(self, standing_still: bool = False) -> float:
         return self.interval_seconds
