@@ -29,6 +29,10 @@ pytestmark = pytest.mark.real_engine
 #: The client's gap and the tracker's bounds are read at different places: the frame
 #: leaves the server after n_decoded moved, and crosses the tap. This much either side.
 EDGE_SECONDS = 0.3
+#: A decodes this many tokens: enough to outlast B's prefill (8-10 s with -t 2, more
+#: with one thread), within the 32k context the slots share with B's 16k.
+A_TOKENS = 12_000
+B_PROMPT_TOKENS = 16_384
 
 
 def series(text: str) -> dict[str, float]:
@@ -68,7 +72,7 @@ def test_llamacpp_kind_end_to_end(llama_engine: RealEngine) -> None:
     rng = random.Random(29)
     # Token ids away from the special ones at the vocabulary's ends.
     short = [rng.randrange(300, 3900) for _ in range(64)]
-    fresh = [rng.randrange(300, 3900) for _ in range(16_384)]
+    fresh = [rng.randrange(300, 3900) for _ in range(B_PROMPT_TOKENS)]
 
     async def scenario():
         exporter = Exporter(config)
@@ -84,7 +88,7 @@ def test_llamacpp_kind_end_to_end(llama_engine: RealEngine) -> None:
                 idle = series(exporter.render(await exporter.snapshot()).decode())
                 # A decodes; 2 s later B's fresh 16k prompt arrives.
                 a = asyncio.create_task(native_stream(session, url, "a", {
-                    "prompt": short[:16], "n_predict": 12_000, "ignore_eos": True}))
+                    "prompt": short[:16], "n_predict": A_TOKENS, "ignore_eos": True}))
                 await asyncio.sleep(2.0)
                 decoding = series(exporter.render(await exporter.snapshot()).decode())
                 b = await native_stream(session, url, "b", {"prompt": fresh, "n_predict": 4})
@@ -129,4 +133,4 @@ def test_llamacpp_kind_end_to_end(llama_engine: RealEngine) -> None:
     assert high - low <= 2 * 0.25 + EDGE_SECONDS  # two polls apart, and their answers
     assert after["rig_engine_decode_stalled_seconds_total"] >= low
     # The token counters moved when the requests ended, not during them.
-    assert after["rig_engine_generation_tokens_total"] >= 8 + 8 + 4 + 12_000
+    assert after["rig_engine_generation_tokens_total"] >= 8 + 8 + 4 + A_TOKENS
