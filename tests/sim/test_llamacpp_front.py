@@ -149,5 +149,9 @@ def test_a_llamacpp_rig_serves_its_agents_through_the_tap() -> None:
                 f'kind="llamacpp",outcome="ok"}}') in text, spec.name
     assert 'rig_engine_slot_context_tokens{engine="main",kind="llamacpp",slot="0"}' in text
     assert 'rig_engine_decode_stall_plan_info{engine="main",in_flight="slots_decoding"' in text
-    # The native stream's last frame says the cached part (timings.cache_n).
+    # The native stream's last frame says the cached part (timings.cache_n), after the
+    # prompt came on the first: the tap counts it for the agent all the same.
     assert creative[-1].tokens == 5 and (creative[-1].cached_tokens or 0) > 500
+    cached = next(float(line.rpartition(" ")[2]) for line in text.splitlines()
+                  if line.startswith('rig_agent_cached_prompt_tokens_total{agent="creative"'))
+    assert cached == sum(t.cached_tokens or 0 for t in creative)
