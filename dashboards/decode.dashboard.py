@@ -11,6 +11,7 @@ from __future__ import annotations
 from grafanalib.core import Dashboard
 
 from dashboards.panels import (
+    TOKENS,
     TOKENS_PER_SECOND,
     UIDS,
     Section,
@@ -212,6 +213,37 @@ def build(t: Thresholds) -> Dashboard:
             min_value=0, max_value=1,
         ),
     ])
+    # llama.cpp's own view (docs/facts/llamacpp.md#slots): absent on other engines.
+    llamacpp = Section("llama.cpp slots", [
+        timeseries(
+            "llama.cpp: tokens per slot",
+            "Each slot's request, its prompt and what it has generated (0 while idle), and"
+            " each slot's context, the most one request may have (with -kvu every slot"
+            " reports the whole shared cache). From /slots; absent on other engines or"
+            " without --slots.",
+            TOKENS,
+            targets(
+                (sel("rig_engine_slot_request_tokens"), "{{engine}} slot {{slot}}"),
+                (f"max by (job, instance, rig, engine) "
+                 f"({sel('rig_engine_slot_context_tokens')})", "{{engine}} slot context"),
+            ),
+            min_value=0, w=12, h=6,
+        ),
+        timeseries(
+            "llama.cpp: forward passes/s and slots processing",
+            "llama_decode() calls per second, a prompt's chunks included (so they keep going"
+            " through the prefill that holds decode back: the stall tracker reads each"
+            " slot's decoded tokens instead), and the slots processing a request.",
+            "short",
+            targets(
+                (rate("rig_engine_decode_calls_total"), "{{engine}} forward passes/s"),
+                (f"sum by (job, instance, rig, engine) "
+                 f"({sel('rig_engine_slot_processing')})", "{{engine}} slots processing"),
+            ),
+            alerts=("RigEngineWedged",),
+            min_value=0, w=12, h=6,
+        ),
+    ])
     latency = Section("Latency", [
         timeseries(
             "Time to first token",
@@ -239,7 +271,7 @@ def build(t: Thresholds) -> Dashboard:
         UIDS["decode"],
         "Token gaps from the stream tap, the probe and the stall tracker, on one time axis"
         " with decode batches and the scheduler's queue; TTFT and ITL quantiles.",
-        [latency, gaps, engine, speculative],
+        [latency, gaps, engine, speculative, llamacpp],
     )
 
 

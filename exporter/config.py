@@ -20,7 +20,7 @@ from exporter.thresholds import Thresholds
 from exporter.validation import BadValue, checked_number, read_toml
 
 DEFAULT_LISTEN_ADDRESS = "127.0.0.1:9842"
-ENGINE_KINDS = ("sglang", "vllm")
+ENGINE_KINDS = ("sglang", "vllm", "llamacpp")
 GPU_BACKENDS = ("auto", "sysfs", "pyrsmi", "none")
 GPU_CARD_SELECTIONS = ("discrete", "all")
 LOG_LEVELS = ("debug", "info", "warning", "error")

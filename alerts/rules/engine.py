@@ -128,15 +128,18 @@ and on({ENGINE_ON_TARGET})
             "RigEngineWedged",
             "critical",
             # vllm#46811 saw running read 0 during a real hang, so "running and
-            # no decode" alone misses it. Held longer than a legitimate cold
-            # prefill, which also shows running = 0 (243.81 s at 192K,
-            # docs/facts/rig.md#latency-and-throughput).
+            # no decode" alone misses it. llama.cpp has no decode-batch counter; its
+            # forward passes (rig_engine_decode_calls_total) stand still in a wedge too.
+            # Held longer than a legitimate cold prefill, which also shows running = 0
+            # (243.81 s at 192K, docs/facts/rig.md#latency-and-throughput).
             f"""
 rig_engine_queued_requests > 0
 and on({ENGINE_SERIES})
 rig_engine_running_requests == 0
 and on({ENGINE_SERIES})
-increase(rig_engine_decode_batches_total[{dur(t.engine_wedged_window_seconds)}]) == 0
+(increase(rig_engine_decode_batches_total[{dur(t.engine_wedged_window_seconds)}])
+ or increase(rig_engine_decode_calls_total[{dur(t.engine_wedged_window_seconds)}]))
+== 0
 unless on({ENGINE_ON_TARGET})
 rig_probe_success
 """,
@@ -204,10 +207,19 @@ increase(rig_engine_retracted_requests_total[{kv_for}]) > 0
             "warning",
             # The engine's gauge keeps its last decode log interval's value while idle,
             # so it counts only while decode batches run (rig_engine_decode_batches_total).
+            # llama.cpp counts instead (docs/facts/llamacpp.md#metrics): accepted drafts
+            # per verification step, plus the bonus token; no step, no ratio (NaN).
             f"""
-rig_engine_spec_accept_length < {spec_low}
-and on({ENGINE_SERIES})
-increase(rig_engine_decode_batches_total[{rate_window}]) > 0
+(
+  rig_engine_spec_accept_length < {spec_low}
+  and on({ENGINE_SERIES})
+  increase(rig_engine_decode_batches_total[{rate_window}]) > 0
+)
+or
+(
+  rate(rig_engine_spec_accepted_tokens_total[{rate_window}])
+  / rate(rig_engine_spec_verify_steps_total[{rate_window}]) + 1
+) < {spec_low}
 """,
             t.spec_accept_low_for_seconds,
             f"Speculative decoding has accepted fewer than {spec_low} tokens a decode step"

@@ -24,6 +24,7 @@ from exporter.collector.families import (
 )
 from exporter.engines.mapping import TABLES
 from exporter.engines.probe import ProbeReading
+from exporter.engines.slots import Slot
 from exporter.engines.source import EngineReading
 from exporter.engines.stall.tracker import StallState
 from exporter.schema import ENGINE_LABELS
@@ -46,6 +47,15 @@ DOCS = {
     "hicache_storage_written_tokens_total": "Tokens written from host (L2) to storage (L3).",
     "retracted_requests_total": "Requests retracted (preempted) to free KV space.",
     "decode_batches_total": "Decode batches run (forward passes in decode mode).",
+    "decode_calls_total": "Forward passes (llama.cpp's llama_decode() calls): every batch, "
+                          "prompt chunks included.",
+    "max_sequence_tokens": "The longest sequence (prompt and generation) the engine has held "
+                           "since it started.",
+    "spec_draft_tokens_total": "Speculative decoding: draft tokens proposed; absent with it off.",
+    "spec_accepted_tokens_total": "Speculative decoding: draft tokens the target model "
+                                  "accepted; absent with it off.",
+    "spec_verify_steps_total": "Speculative decoding: verification steps of the target model; "
+                               "absent with it off.",
     "time_to_first_token_seconds": "Time to first token, as the engine measures it.",
     "inter_token_latency_seconds": "Inter-token latency, as the engine measures it; it "
                                    "spreads a stall over the tokens after it.",
@@ -91,6 +101,8 @@ def _(reading: EngineReading) -> Iterator[Metric]:
             family = HistogramMetricFamily(PREFIX + name, doc, labels=ENGINE_LABELS)
             family.add_metric(ids, list(histogram.buckets), histogram.sum)
             yield family
+    if reading.slots is not None:
+        yield from _slot_families(ids, reading.slots)
     if reading.stall is not None:
         yield from _stall_families(ids, reading.stall)
     if reading.stall_resolution_seconds is not None:
@@ -108,6 +120,24 @@ def _(reading: EngineReading) -> Iterator[Metric]:
                      [*ENGINE_LABELS, "plan", "progress", "in_flight"])
         info.add_metric([*ids, plan.name, plan.progress, plan.in_flight], 1.0)
         yield info
+
+
+def _slot_families(ids: list[str], slots: list[Slot]) -> Iterable[Metric]:
+    """llama.cpp's slots (docs/metrics.md#llamacpp-slots)."""
+    labels = [*ENGINE_LABELS, "slot"]
+    context = gauge("engine_slot_context_tokens", "The most tokens, prompt and answer, a "
+                    "request in this slot may have (llama.cpp).", labels)
+    tokens = gauge("engine_slot_request_tokens", "Tokens of the request the slot is "
+                   "processing, its prompt and what it has generated; 0 while idle "
+                   "(llama.cpp).", labels)
+    processing = gauge("engine_slot_processing", "1 while the slot processes a request "
+                       "(llama.cpp).", labels)
+    for slot in slots:
+        values = [*ids, str(slot.id)]
+        context.add_metric(values, slot.context_tokens)
+        tokens.add_metric(values, slot.request_tokens)
+        processing.add_metric(values, 1.0 if slot.processing else 0.0)
+    yield from (context, tokens, processing)
 
 
 def _stall_families(ids: list[str], stall: StallState) -> Iterable[Metric]:

@@ -69,9 +69,12 @@ def _version(c: Context, name: str) -> Check:
         if c.watch.last.total("rig_source_up", source=engine_source(name)) == 0:
             return fail("engine_version", name, f"{name}: the exporter cannot read the engine "
                         "(rig_source_up 0)", "start the engine, or correct [[engine]] url")
+        config = c.engine(name)
+        route = {"vllm": "/version and /v1/models", "llamacpp": "/props"}.get(
+            config.kind if config is not None else "", "/server_info")
         return warn("engine_version", name, f"{name}: no server info yet: its version, and "
                     "so its stall plan, are unknown",
-                    "check that the engine answers GET /server_info (the exporter asks at "
+                    f"check that the engine answers GET {route} (the exporter asks at "
                     "start, then every minute until it does)")
     version = info.get("version", "")
     detail = (f"{name}: {info.get('kind', '?')} {version or '(no version)'}, model "
@@ -86,8 +89,9 @@ def _stall_plan(c: Context, name: str) -> Check:
                     "info (engine_version)")
     kind = info.get("kind", "")
     config = c.engine(name)
-    if kind != "sglang":
-        return skip("stall_plan", name, f"{name}: the stall tracker reads SGLang only ({kind})")
+    if kind not in ("sglang", "llamacpp"):
+        return skip("stall_plan", name, f"{name}: the stall tracker reads SGLang and llama.cpp "
+                    f"only ({kind})")
     if config is not None and not config.stall_tracker:
         return skip("stall_plan", name, f"{name}: stall_tracker = false in the config")
     resolution = last.total("rig_engine_decode_stall_resolution_seconds", engine=name)
@@ -106,6 +110,11 @@ def _stall_plan(c: Context, name: str) -> Check:
                                         ("the stream tap", "rig_stream_active"))
               if last.has(family, engine=name)]
     version = info.get("version", "")
+    if kind == "llamacpp":
+        # Its one plan needs /slots (docs/stall-tracker.md#llamacpp).
+        return fail("stall_plan", name, f"{name}: no stall tracking for llama.cpp {version}: "
+                    "rig_engine_decode_stall_* are absent",
+                    "start llama-server with --slots: the tracker reads GET /slots")
     detail = (f"{name}: no stall tracking for SGLang {version or '(version unknown)'}: "
               "rig_engine_decode_stall_* are absent, so RigDecodeStarvation "
               + (f"fires from {' and '.join(others)} alone" if others else "can never fire"))
@@ -192,6 +201,9 @@ def _metrics_dir(c: Context, name: str) -> Check:
     config = c.engine(name)
     if config is None:
         return skip("metrics_dir", name, f"{name}: metrics_dir not checked", NEEDS_CONFIG)
+    if config.kind != "sglang":
+        return skip("metrics_dir", name, f"{name}: metrics_dir is SGLang's "
+                    f"({config.kind}; llama.cpp's stall tracker reads /slots)")
     if not config.metrics_dir:
         resolution = c.watch.last.total("rig_engine_decode_stall_resolution_seconds",
                                         engine=name)

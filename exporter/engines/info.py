@@ -2,7 +2,8 @@
 
 SGLang answers `/server_info` (0.5.23 deprecates the older `/get_server_info`) with
 every server flag plus `version` (docs/facts/sglang.md#versions-and-server-info). vLLM has no such
-endpoint; `/version` and `/v1/models` give its version and model.
+endpoint; `/version` and `/v1/models` give its version and model. llama.cpp answers
+`/props` (`llamacpp_info`).
 
 The context length (rig_engine_context_length_tokens, not a label of rig_engine_info):
 no `/server_info` of SGLang 0.5.10 or 0.5.23 has a `context_len` field. It has
@@ -50,6 +51,8 @@ class EngineInfo:
 
 
 async def fetch_info(session: aiohttp.ClientSession, base_url: str, kind: str) -> EngineInfo:
+    if kind == "llamacpp":
+        return llamacpp_info(await _json(session, base_url + "/props"))
     if kind == "vllm":
         version = await _json(session, base_url + "/version")
         models = await _json(session, base_url + "/v1/models")
@@ -100,6 +103,22 @@ def sglang_info(server: dict[str, Any]) -> EngineInfo:
         speculative=_text(server.get("speculative_algorithm")),
         decode_log_interval=_text(server.get("decode_log_interval")),
         context_length_tokens=_tokens(server.get("context_length")),
+    )
+
+
+def llamacpp_info(props: dict[str, Any]) -> EngineInfo:
+    """llama.cpp's `/props` (docs/facts/llamacpp.md#props): `build_info` is the only
+    version it gives (`b<build>-<commit>`), `default_generation_settings.n_ctx` a
+    slot's context, the most one request may have."""
+    settings = props.get("default_generation_settings")
+    settings = settings if isinstance(settings, dict) else {}
+    params = settings.get("params")
+    speculative = params.get("speculative.types") if isinstance(params, dict) else None
+    return EngineInfo(
+        version=_text(props.get("build_info")),
+        model=_text(props.get("model_alias") or props.get("model_path")),
+        speculative="" if speculative in (None, "none") else _text(speculative),
+        context_length_tokens=_tokens(settings.get("n_ctx")),
     )
 
 

@@ -29,6 +29,9 @@ class Upstream:
     fixed_tier: str | None = None
     #: Take the value from this label instead of the sample (vLLM's info gauges).
     value_label: str | None = None
+    #: What its TYPE line says where that is not what the value is: llama.cpp types
+    #: `n_tokens_max`, a maximum, as a counter (docs/facts/llamacpp.md#metrics).
+    declared_type: str | None = None
 
 
 @dataclass(frozen=True)
@@ -47,6 +50,9 @@ class Rule:
     #: No reading unless this rig family (this one or another) reads above 0: for
     #: values an engine writes as 0 when it has measured nothing.
     reading_if_positive: str | None = None
+    #: Add up every source the engine exposes instead of taking the first: llama.cpp
+    #: counts processed and cached prompt tokens in two families.
+    add_sources: bool = False
 
 
 @dataclass(frozen=True)
@@ -183,4 +189,50 @@ VLLM = EngineTable(
     running=_VLLM_RUNNING,
 )
 
-TABLES = {table.kind: table for table in (SGLANG, VLLM)}
+_LLAMACPP_RUNNING = Rule("running_requests", "gauge", _one("requests_processing"))
+# llama_decode() calls: every batch, prefill chunks included, so not decode batches
+# (docs/facts/llamacpp.md#metrics); the stall tracker reads /slots instead
+# (docs/stall-tracker.md#llamacpp).
+_LLAMACPP_DECODE_CALLS = Rule("decode_calls_total", "counter", _one("n_decode_total"))
+
+LLAMACPP = EngineTable(
+    kind="llamacpp",
+    prefixes=("llamacpp:",),
+    rules=(
+        _LLAMACPP_RUNNING,
+        # Requests no slot could take yet.
+        Rule("queued_requests", "gauge", _one("requests_deferred")),
+        # prompt_tokens_total leaves out the tokens reused from the cache, which
+        # prompt_tokens_cached_total counts; rig_engine_prompt_tokens_total counts the
+        # whole prompt, as SGLang and vLLM do. Both move only when a request finishes.
+        Rule("prompt_tokens_total", "counter",
+             (Upstream("prompt_tokens_total"), Upstream("prompt_tokens_cached_total")),
+             add_sources=True),
+        Rule("generation_tokens_total", "counter", _one("tokens_predicted_total")),
+        # A slot's own KV cells: the only tier a llama-server has (its RAM prompt cache
+        # restores into the slot before the count).
+        Rule("cache_hit_tokens_total", "counter",
+             _one("prompt_tokens_cached_total", fixed_tier="L1")),
+        _LLAMACPP_DECODE_CALLS,
+        Rule("max_sequence_tokens", "gauge", _one("n_tokens_max", declared_type="counter"),
+             combine="max"),
+        # Speculative decoding counters: 0 with it off, so no reading until a draft.
+        Rule("spec_draft_tokens_total", "counter", _one("spec_decode_num_draft_tokens_total"),
+             reading_if_positive="spec_draft_tokens_total"),
+        Rule("spec_accepted_tokens_total", "counter",
+             _one("spec_decode_num_accepted_tokens_total"),
+             reading_if_positive="spec_draft_tokens_total"),
+        Rule("spec_verify_steps_total", "counter", _one("spec_decode_num_drafts_total"),
+             reading_if_positive="spec_draft_tokens_total"),
+        # Not mapped: prompt_tokens_seconds and predicted_tokens_seconds are averages
+        # since the previous /metrics request, whoever made it, so two scrapers skew
+        # each other; rate() of the token counters is the rate
+        # (docs/facts/llamacpp.md#metrics).
+    ),
+    # Progress and in-flight for llama.cpp come from /slots, not /metrics
+    # (exporter/engines/stall/slots.py); these two are what /metrics offers.
+    decode_progress=_LLAMACPP_DECODE_CALLS,
+    running=_LLAMACPP_RUNNING,
+)
+
+TABLES = {table.kind: table for table in (SGLANG, VLLM, LLAMACPP)}

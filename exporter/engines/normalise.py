@@ -52,7 +52,8 @@ def normalise(exposition: Exposition, table: EngineTable, tp_size: int = 1) -> E
     """`tp_size` (from server_info) undoes the multiprocess sum of rank-less families."""
     metrics = EngineMetrics()
     for rule in table.rules:
-        found = _first_upstream(exposition, table, rule, metrics.problems)
+        found = (_all_upstreams(exposition, table, rule, metrics.problems) if rule.add_sources
+                 else _first_upstream(exposition, table, rule, metrics.problems))
         if found is None:
             continue
         upstream, samples = found
@@ -99,11 +100,12 @@ def _first_upstream(
             family = exposition.families.get(prefix + upstream.name)
             if family is None:
                 continue
-            if family.type != rule.type:
+            if family.type != (upstream.declared_type or rule.type):
                 problems.append(f"{prefix}{upstream.name} is a {family.type}, "
                                 f"expected a {rule.type}: not used")
                 continue
-            samples = [s for s in _own_samples(family) if _matches(upstream, s)]
+            samples = [s for s in _own_samples(family, upstream.declared_type)
+                       if _matches(upstream, s)]
             if upstream.value_label is not None:
                 samples = _values_from_label(samples, upstream.value_label)
             if samples:
@@ -111,7 +113,24 @@ def _first_upstream(
     return None
 
 
-def _own_samples(family: Family) -> list[Sample]:
+def _all_upstreams(
+    exposition: Exposition, table: EngineTable, rule: Rule, problems: list[str],
+) -> tuple[Upstream, list[Sample]] | None:
+    """Every source of the rule the engine exposes, as one list of samples to add up;
+    None unless all are there (half a sum is no reading)."""
+    taken: list[Sample] = []
+    for upstream in rule.sources:
+        found = _first_upstream(exposition, table, Rule(rule.family, rule.type, (upstream,)),
+                                problems)
+        if found is None:
+            return None
+        taken.extend(found[1])
+    return rule.sources[0], taken
+
+
+def _own_samples(family: Family, declared_type: str | None = None) -> list[Sample]:
+    if declared_type is not None:
+        return family.samples  # one value however the parser named it
     if family.type == "counter":
         return [s for s in family.samples if s.name.endswith("_total")]
     return family.samples

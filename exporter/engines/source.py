@@ -23,6 +23,7 @@ from exporter.engines.fetch import get_text
 from exporter.engines.info import EngineInfo, fetch_info
 from exporter.engines.mapping import TABLES
 from exporter.engines.normalise import EngineMetrics, normalise, wanted_names
+from exporter.engines.slots import Slot, parse_slots
 from exporter.engines.stall.evidence import Evidence, ServerFlags
 from exporter.engines.stall.planner import Planner
 from exporter.engines.stall.plans import SignalPlan
@@ -32,6 +33,7 @@ from exporter.engines.stall.readers import (
     MetricsReader,
     MultiprocReader,
 )
+from exporter.engines.stall.slots import SlotsPlanner, SlotsReader
 from exporter.engines.stall.tracker import StallPoller, StallState
 from exporter.process.log_limits import Conditions
 from exporter.schema import engine_source
@@ -58,6 +60,8 @@ class EngineReading:
     stall_resolution_seconds: float | None = None
     #: The signals it reads; None while it does not track.
     stall_plan: SignalPlan | None = None
+    #: llama.cpp's slots (/slots); None for other kinds or while /slots does not answer.
+    slots: list[Slot] | None = None
 
 
 class EngineSource:
@@ -75,7 +79,9 @@ class EngineSource:
         self.body = MetricsBody(self._get_metrics)
         # A body spoilt in a new way each scrape is one condition, told once an interval.
         self._conditions = Conditions(log, up="{subject}: fine again")
-        self._stall_reader: CounterReader | None = None
+        self._stall_reader: CounterReader | SlotsReader | None = None
+        # llama.cpp's /slots, shared by the stall tracker and the scrapes.
+        self.slots_body = MetricsBody(self._get_slots) if config.kind == "llamacpp" else None
 
     async def start(self) -> None:
         # One session per engine, shared by scrapes, the stall tracker and the probe.
@@ -88,8 +94,9 @@ class EngineSource:
             headers={"Accept-Encoding": "identity"},
         )
         self._refresh_info_if_due()
-        if self.config.stall_tracker and self.config.kind == "sglang":
-            self._stall_task = asyncio.create_task(self._track(),
+        if self.config.stall_tracker and self.config.kind in ("sglang", "llamacpp"):
+            track = self._track_slots if self.config.kind == "llamacpp" else self._track
+            self._stall_task = asyncio.create_task(track(),
                                                    name=f"stall tracker {self.config.name}")
 
     async def close(self) -> None:
@@ -130,6 +137,35 @@ class EngineSource:
                  info.version, reader.how)
         await self.stall.run()
 
+    async def _track_slots(self) -> None:
+        """llama.cpp: one plan, from /slots (docs/stall-tracker.md#llamacpp)."""
+        assert self.slots_body is not None
+        reader = SlotsReader(self.slots_body, self.config.stall_poll_interval_seconds)
+        self._stall_reader = reader
+        self.stall = StallPoller(reader, SlotsPlanner(self.config.name),  # type: ignore[arg-type]
+                                 window_seconds=self.config.stall_window_seconds)
+        log.info("engine %s: stall tracker on llama.cpp reads %s", self.config.name, reader.how)
+        await self.stall.run()
+
+    async def _get_slots(self) -> str:
+        if self.session is None:
+            raise SourceError("engine source not started")
+        return await get_text(self.session, self.config.url + "/slots")
+
+    async def _read_slots(self) -> list[Slot] | None:
+        if self.slots_body is None:
+            return None
+        subject = f"engine {self.config.name} /slots"
+        try:
+            slots = parse_slots((await self.slots_body.recent()).text)
+        except SourceError as exc:
+            # Started without --slots: the per-slot series and the stall tracker are
+            # absent, and this says why (docs/facts/llamacpp.md#slots).
+            self._conditions.failed(subject, f"{exc}: per-slot series absent")
+            return None
+        self._conditions.ok(subject)
+        return slots
+
     async def _get_metrics(self) -> str:
         if self.session is None:
             raise SourceError("engine source not started")
@@ -138,7 +174,7 @@ class EngineSource:
     async def read_metrics_text(self) -> str:
         """A body at most a second old: the tracker's, or a fresh one
         (docs/stall-tracker.md#where-the-counters-come-from)."""
-        return await self.body.recent()
+        return (await self.body.recent()).text
 
     async def read(self) -> EngineReading:
         self._refresh_info_if_due()
@@ -167,7 +203,8 @@ class EngineSource:
         return EngineReading(
             self.config.kind, self.config.name, metrics, self._info, stall,
             tracking.resolution_seconds() if tracking is not None else None,
-            tracking.planner.plan if tracking is not None else None)
+            tracking.planner.plan if tracking is not None else None,
+            await self._read_slots())
 
     def _tp_size(self) -> int:
         try:

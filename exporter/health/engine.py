@@ -105,17 +105,20 @@ def _queue_wedged(c: Context, labels: dict[str, str], reading: EngineReading) ->
 
     if queued is None or running is None or not (queued > 0 and running == 0):
         return wedged(False, f"{name}: not wedged")
-    key = ("engine", name, "decode_batches_total")
-    if "decode_batches_total" not in values:
+    # llama.cpp has no decode-batch counter: its forward passes stand still in a wedge too.
+    family = next((f for f in ("decode_batches_total", "decode_calls_total") if f in values),
+                  None)
+    if family is None:
         return wedged(False, f"{name}: {queued:.0f} queued, none running; no decode counter")
+    what = "decode batches" if family == "decode_batches_total" else "forward passes"
     window = t.engine_wedged_window_seconds
     if not c.filled(window):
         return wedged(None, f"{name}: {queued:.0f} queued, none running; "
                             + c.not_filled(window))
-    batches = c.history.increase(key, c.now, window)
+    batches = c.history.increase(("engine", name, family), c.now, window)
     holds = batches is not None and batches == 0
     return wedged(holds, f"{name}: {queued:.0f} queued, none running, "
-                         f"{batches or 0:.0f} decode batches in the last {seconds(window)}")
+                         f"{batches or 0:.0f} {what} in the last {seconds(window)}")
 
 
 def _stutter(c: Context, labels: dict[str, str], reading: EngineReading) -> list[Signal]:
@@ -209,7 +212,7 @@ def _spec_acceptance(c: Context, labels: dict[str, str], reading: EngineReading)
     t, name, values = c.t, labels["engine"], reading.metrics.values
     length = values.get("spec_accept_length")
     if length is None:
-        return []  # no speculative decoding
+        return _spec_counters(c, labels, reading)
     window = t.rate_window_seconds
     batches = c.history.increase(("engine", name, "decode_batches_total"), c.now, window)
     holds: bool | None = length < t.spec_accept_length and bool(batches)
@@ -217,6 +220,30 @@ def _spec_acceptance(c: Context, labels: dict[str, str], reading: EngineReading)
               f"{batches or 0:.0f} decode batches in the last {seconds(window)}")
     if length < t.spec_accept_length and batches is None:
         holds, reason = None, f"{name}: {length:.2f} tokens a step; decode batches unknown yet"
+    return [signal("spec_acceptance", labels, "RigSpecDecodeAcceptanceLow",
+                   (Stage("warning", t.spec_accept_low_for_seconds),), holds, length,
+                   t.spec_accept_length, "tokens", reason, sustained=True)]
+
+
+def _spec_counters(c: Context, labels: dict[str, str], reading: EngineReading) -> list[Signal]:
+    """llama.cpp's speculative counters: accepted drafts per verification step over the
+    rate window, plus the bonus token; no step in the window, no reading (the rule's
+    ratio is NaN then)."""
+    t, name = c.t, labels["engine"]
+    if "spec_verify_steps_total" not in reading.metrics.values:
+        return []  # no speculative decoding, or no draft yet
+    window = t.rate_window_seconds
+    steps = c.history.increase(("engine", name, "spec_verify_steps_total"), c.now, window)
+    accepted = c.history.increase(("engine", name, "spec_accepted_tokens_total"), c.now,
+                                  window)
+    if not steps or accepted is None:
+        length, holds = None, None if steps is None else False
+        reason = f"{name}: no speculative verification step in the last {seconds(window)}"
+    else:
+        length = accepted / steps + 1
+        holds = length < t.spec_accept_length
+        reason = (f"{name}: speculative decoding accepts {length:.2f} tokens a decode step "
+                  f"over {steps:.0f} verification steps in the last {seconds(window)}")
     return [signal("spec_acceptance", labels, "RigSpecDecodeAcceptanceLow",
                    (Stage("warning", t.spec_accept_low_for_seconds),), holds, length,
                    t.spec_accept_length, "tokens", reason, sustained=True)]

@@ -71,7 +71,9 @@ def history_values(view: RigView) -> Iterator[tuple[tuple[str, ...], float]]:
     """The series the windowed checks need, from one snapshot."""
     for name, engine in view.engines.items():
         values = engine.metrics.values
-        for family in ("decode_batches_total", "retracted_requests_total", "prompt_tokens_total",
+        for family in ("decode_batches_total", "decode_calls_total", "spec_accepted_tokens_total",
+                       "spec_verify_steps_total", "retracted_requests_total",
+                       "prompt_tokens_total",
                        "hicache_evicted_tokens_total", "hicache_loaded_back_tokens_total",
                        "hicache_storage_prefetched_tokens_total",
                        "hicache_storage_written_tokens_total"):

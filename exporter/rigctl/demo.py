@@ -45,6 +45,9 @@ from exporter.sim.scenarios.player import play
 # (who starved whom, who holds the engine) among them.
 TOUR = ("healthy", "prefill-starves-decode", "four-agents-hog", "thermal-downclock",
         "hicache-thrash", "swap-storm")
+#: A llama.cpp rig has no HiCache and no probe (the probe speaks SGLang's /generate):
+#: the scenarios that do not rest on them.
+LLAMACPP_TOUR = ("healthy", "prefill-starves-decode")
 DEFAULT_SPEED = 10.0
 # Stall lengths compress at most 2-fold, as in the end-to-end tests: a busy
 # machine's scheduling hiccups must stay below the compressed 10 s threshold.
@@ -78,13 +81,18 @@ def add_parser(commands: argparse._SubParsersAction) -> argparse.ArgumentParser:
                         help="list the scenarios with their lengths, then exit")
     parser.add_argument("--speed", type=float, default=DEFAULT_SPEED, metavar="F",
                         help=f"time runs F times faster than real (default {DEFAULT_SPEED:g})")
+    parser.add_argument("--engine-kind", choices=("sglang", "llamacpp"), default="sglang",
+                        help="play an SGLang rig or a llama.cpp one (a simulated llama-server "
+                             f"on the same scheduler; default tour there: "
+                             f"{', '.join(LLAMACPP_TOUR)})")
     parser.add_argument("--no-monitoring", action="store_true",
                         help="do not start Prometheus and Alertmanager even if installed")
     return parser
 
 
 def run(args: argparse.Namespace, out: TextIO) -> int:
-    names = args.scenario or list(TOUR)
+    kind = getattr(args, "engine_kind", "sglang")
+    names = args.scenario or list(LLAMACPP_TOUR if kind == "llamacpp" else TOUR)
     unknown = [n for n in names if n not in SCENARIOS]
     if unknown or args.speed <= 0:
         problem = f"unknown scenario {unknown[0]!r} (see --list)" if unknown else "--speed > 0"
@@ -93,7 +101,8 @@ def run(args: argparse.Namespace, out: TextIO) -> int:
     if args.list:
         print_list(args.speed, out)
         return EXIT_OK
-    demo = Demo([SCENARIOS[n] for n in names], args.speed, not args.no_monitoring, out)
+    demo = Demo([SCENARIOS[n] for n in names], args.speed, not args.no_monitoring, out,
+                engine_kind=kind)
     try:
         with _server_errors_logged_to(demo.directory / "servers.log"):
             asyncio.run(demo.main())
@@ -153,7 +162,7 @@ def duration(seconds: float) -> str:
 
 class Demo:
     def __init__(self, scenarios: list[Scenario], speed: float, monitoring: bool,
-                 out: TextIO) -> None:
+                 out: TextIO, engine_kind: str = "sglang") -> None:
         self.scenarios = scenarios
         self.speed = speed
         self.stall_scale = min(speed, MAX_STALL_SCALE)
@@ -164,7 +173,7 @@ class Demo:
         self.directory = Path(tempfile.mkdtemp(prefix="rigctl-demo-"))
         # Its clock starts now: the demo's clock is the rig's.
         self.rig = SimRig(self.speed, directory=self.directory / "rig", say=self.say,
-                          stall_scale=self.stall_scale)
+                          stall_scale=self.stall_scale, engine_kind=engine_kind)
         self.alert_states: dict[tuple[tuple[str, str], ...], str] = {}
         # Alerts notified as firing and not yet as resolved.
         self.unresolved: set[frozenset[tuple[str, str]]] = set()

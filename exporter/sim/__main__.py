@@ -53,6 +53,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
                              "directory); both are removed on exit")
     parser.add_argument("--control-port", type=int, default=0, metavar="PORT",
                         help="port of the loopback control endpoint (default: a free one)")
+    parser.add_argument("--engine-kind", choices=("sglang", "llamacpp"), default="sglang",
+                        help="the engine the rig runs: the simulated SGLang, or a simulated "
+                             "llama.cpp llama-server on the same scheduler model (default "
+                             "%(default)s)")
     parser.add_argument("--exit-at-end", action="store_true",
                         help="exit when the scenario ends instead of holding its last state")
     return parser
@@ -89,7 +93,7 @@ async def run_rig(args: argparse.Namespace, out: TextIO) -> int:
     for signum in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(signum, stop.set)
     rig = SimRig(time_scale=args.time_scale, directory=args.dir, say=say,
-                 stall_scale=args.stall_scale)
+                 stall_scale=args.stall_scale, engine_kind=args.engine_kind)
     control = RigControl(rig)
     try:
         await rig.start()

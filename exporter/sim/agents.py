@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import json
 import math
 import secrets
@@ -39,6 +40,8 @@ from exporter.sim.engine.scheduler import CHARS_PER_TOKEN, OUTPUT_TEXT
 CHAT = "/v1/chat/completions"
 COMPLETIONS = "/v1/completions"
 GENERATE = "/generate"
+#: llama.cpp's native route, which takes GENERATE's place on a llama.cpp rig.
+NATIVE = "/completion"
 #: The turns an agent keeps for inspection, newest last.
 KEEP_TURNS = 64
 
@@ -73,6 +76,15 @@ ROSTER = (
     AgentSpec("monitor", COMPLETIONS, user="hermes-nas"),
     AgentSpec("wsl", CHAT, address="127.0.0.2"),
 )
+
+
+def roster_for(engine_kind: str) -> tuple[AgentSpec, ...]:
+    """The roster on an engine of this kind: llama.cpp has no /generate, so the agent
+    that speaks the native API speaks llama.cpp's."""
+    if engine_kind != "llamacpp":
+        return ROSTER
+    return tuple(dataclasses.replace(spec, route=NATIVE) if spec.route == GENERATE else spec
+                 for spec in ROSTER)
 
 
 @dataclass
@@ -172,6 +184,9 @@ class SimAgent:
         if spec.route == GENERATE:
             params = {} if max_tokens is None else {"max_new_tokens": max_tokens}
             return {**body, "sampling_params": params, "text": prompt}
+        if spec.route == NATIVE:
+            return {**body, "n_predict": -1 if max_tokens is None else max_tokens,
+                    "prompt": prompt}
         body["stream_options"] = {"include_usage": True, "continuous_usage_stats": True}
         if max_tokens is not None:
             body["max_tokens" if spec.route == COMPLETIONS else "max_completion_tokens"] = (
@@ -243,6 +258,9 @@ def _counts(route: str, event: dict) -> tuple[int | None, int | None]:
     if route == GENERATE:
         meta = event.get("meta_info") or {}
         return meta.get("completion_tokens"), meta.get("cached_tokens")
+    if route == NATIVE:  # llama.cpp: the prompt's cached part only in the last frame
+        timings = event.get("timings") or {}
+        return event.get("tokens_predicted"), timings.get("cache_n")
     usage = event.get("usage") or {}
     if not event.get("choices"):
         return None, None  # the closing usage chunk: nothing new

@@ -18,6 +18,14 @@ Five shapes reach the rig (checked in the sglang 0.5.10 and 0.5.23 and vllm 0.33
   `response.*.delta` with text carries tokens (`response.output_text.delta`, and the
   reasoning and tool-argument deltas), `response.completed` or `response.incomplete`
   ends it with `response.usage.output_tokens`, `response.failed` with `response.error`.
+- llama.cpp's native `/completion` (also `/completions`, `/infill`; tools/server
+  server-task.cpp `to_json_non_oaicompat`): `{"content", "tokens", "stop": false,
+  "id_slot", "tokens_predicted" (cumulative), "tokens_evaluated" (the whole prompt)}`,
+  the last with `"stop": true`, `tokens_cached` (the slot's tokens after the request,
+  not the prompt's cached part) and `timings` (`cache_n` the prompt tokens reused,
+  `prompt_n` those processed, `predicted_n`), and no `[DONE]`. Its OpenAI chunks carry
+  `timings` beside `usage` on the last frame, or on every frame with
+  `timings_per_token` (docs/facts/llamacpp.md#streams).
 - Errors inside a stream: `{"error": {"message": ...}}` (SGLang, vLLM, Anthropic's
   `error` event), then `[DONE]` where the API has one.
 
@@ -57,9 +65,10 @@ _DELTA_TEXT = re.compile(rb'"(?:content|reasoning_content|reasoning)"\s*:\s*"[^"
                          rb'|"tool_calls"\s*:\s*\[\s*[^\]\s]')
 _CHOICE_TEXT = re.compile(rb'"text"\s*:\s*"[^"]')
 _CHOICES = re.compile(rb'"choices"\s*:\s*\[')
-# What the meter would read in a frame beyond its text; but SGLang writes `"usage":null`
-# on every chunk (pydantic model_dump_json, protocol.py ChatCompletionStreamResponse).
-_MORE = re.compile(rb'"(?:usage|error|meta_info)"')
+# What the meter would read in a frame beyond its text (llama.cpp's `timings` too); but
+# SGLang writes `"usage":null` on every chunk (pydantic model_dump_json, protocol.py
+# ChatCompletionStreamResponse).
+_MORE = re.compile(rb'"(?:usage|error|meta_info|timings)"')
 _USAGE_NULL = re.compile(rb'"usage"\s*:\s*null\s*[,}]')
 # The typed events' deltas: the event's type, then what says it carries text (an
 # Anthropic token delta's own type, a Responses delta's non-empty string). Any key
@@ -125,6 +134,8 @@ def decode_frame(payload: bytes) -> Frame:
     meta = body.get("meta_info")
     if isinstance(meta, dict):
         return _native(meta)
+    if isinstance(body.get("stop"), bool) and "tokens_predicted" in body:
+        return _llamacpp_native(body)
     if isinstance(body.get("choices"), list):
         return _openai(body)
     kind = body.get("type")
@@ -186,10 +197,32 @@ def _native(meta: dict) -> Frame:
                  prompt_tokens=_count(meta.get("prompt_tokens")))
 
 
+def _llamacpp_native(body: dict) -> Frame:
+    """Counted by `tokens_predicted`, which grows with each frame that carries tokens."""
+    cached, _ = _llamacpp_timings(body.get("timings"))
+    return Frame(done=body["stop"], completion_tokens=_count(body.get("tokens_predicted")),
+                 cached_tokens=cached, prompt_tokens=_count(body.get("tokens_evaluated")))
+
+
+def _llamacpp_timings(timings: object) -> tuple[int | None, int | None]:
+    """(prompt tokens reused from the cache, the whole prompt) from llama.cpp's
+    `timings`; (None, None) without them."""
+    if not isinstance(timings, dict):
+        return None, None
+    cached, processed = _count(timings.get("cache_n")), _count(timings.get("prompt_n"))
+    whole = None if cached is None or processed is None else cached + processed
+    return cached, whole
+
+
 def _openai(body: dict) -> Frame:
     content = any(_has_text(choice) for choice in body["choices"])
     usage = body.get("usage")
     if not isinstance(usage, dict):
+        timings = body.get("timings")
+        if isinstance(timings, dict):  # llama.cpp: timings without usage
+            cached, prompt = _llamacpp_timings(timings)
+            return Frame(content=content, completion_tokens=_count(timings.get("predicted_n")),
+                         cached_tokens=cached, prompt_tokens=prompt)
         return Frame(content=content)
     details = usage.get("prompt_tokens_details")
     cached = _count(details.get("cached_tokens")) if isinstance(details, dict) else None
@@ -203,22 +236,32 @@ def _anthropic(kind: str, body: dict) -> Frame:
         return Frame(content=isinstance(delta, dict)
                      and delta.get("type") in _ANTHROPIC_TOKEN_DELTAS)
     if kind == "message_delta":
+        # SGLang gives the prompt and its cache reads on message_start; vLLM only here,
+        # at the end (its message_start is built from the first chunk, before the usage
+        # details: vllm 0.32 entrypoints/anthropic/serving.py). The later reading wins.
         usage = body.get("usage")
         if isinstance(usage, dict):
-            return Frame(content=False, completion_tokens=_count(usage.get("output_tokens")))
+            cached, prompt = _anthropic_prompt(usage)
+            return Frame(content=False, completion_tokens=_count(usage.get("output_tokens")),
+                         cached_tokens=cached, prompt_tokens=prompt)
     elif kind == "message_start":
         message = body.get("message")
         usage = message.get("usage") if isinstance(message, dict) else None
         if isinstance(usage, dict):
-            # Anthropic's input_tokens leave out the cache reads (SGLang's
-            # anthropic/serving.py: prompt_tokens - cached_tokens).
-            cached = _count(usage.get("cache_read_input_tokens"))
-            uncached = _count(usage.get("input_tokens"))
-            prompt = None if uncached is None else uncached + (cached or 0)
+            cached, prompt = _anthropic_prompt(usage)
             return Frame(content=False, cached_tokens=cached, prompt_tokens=prompt)
     elif kind == "message_stop":
         return Frame(done=True, content=False)
     return _NO_CONTENT
+
+
+def _anthropic_prompt(usage: dict) -> tuple[int | None, int | None]:
+    """(cache reads, the whole prompt) of an Anthropic usage. Its input_tokens leave out
+    the cache reads (SGLang's anthropic/serving.py: prompt_tokens - cached_tokens; vLLM's
+    _build_anthropic_usage the same)."""
+    cached = _count(usage.get("cache_read_input_tokens"))
+    uncached = _count(usage.get("input_tokens"))
+    return cached, None if uncached is None else uncached + (cached or 0)
 
 
 def _responses(kind: str, body: dict) -> Frame:

@@ -11,8 +11,9 @@ never occurs inside a string, so `"stream":`, `"user":` or `"max_tokens":` can o
 be keys. Each is looked for until found, with the last bytes of each piece kept for
 a key cut between two; nothing else is held. A request is bounded when it names a
 limit with a number (`max_tokens`, `max_completion_tokens`, SGLang's `max_new_tokens`
-in `sampling_params`); a `null` is no limit. A key of the same name nested elsewhere
-(a tool's JSON schema has an object there, not a number or a string) is not taken.
+in `sampling_params`, llama.cpp's `n_predict`); a `null` is no limit. A key of the
+same name nested elsewhere (a tool's JSON schema has an object there, not a number
+or a string) is not taken.
 """
 
 from __future__ import annotations
@@ -23,7 +24,9 @@ from exporter.config import AGENT_USER_MAX_CHARS
 from exporter.engines.routes import STREAMING_BY_DEFAULT, is_generation
 
 _FLAG = re.compile(rb'"stream"\s*:\s*(true|false)')
-_LIMIT = re.compile(rb'"(?:max_tokens|max_completion_tokens|max_new_tokens)"\s*:\s*[0-9]')
+# llama.cpp's native routes take `n_predict` (-1, no limit, is not a number here).
+_LIMIT = re.compile(
+    rb'"(?:max_tokens|max_completion_tokens|max_new_tokens|n_predict)"\s*:\s*[0-9]')
 _USER = re.compile(rb'"user"\s*:\s*"([^"\\]{0,%d})"' % AGENT_USER_MAX_CHARS)
 # Enough for the longest key and value looked for, and whitespace around them.
 _CARRY_BYTES = AGENT_USER_MAX_CHARS + 64

@@ -160,3 +160,31 @@ def test_expressions_compare_by_value_not_by_formatting():
     assert _tokens(ours) == _tokens(printed)
     assert _tokens(ours) != _tokens(printed.replace(">= 10", ">= 20"))
     assert _tokens(ours) != _tokens(printed.replace("[5m]", "[10m]"))
+
+
+LLAMACPP = 'engine="main",kind="llamacpp"'
+
+
+def llamacpp_body(stall: bool) -> str:
+    body = f"""# TYPE rig_engine_info gauge
+rig_engine_info{{{LLAMACPP},version="b1-0c1e570",model="tiny.gguf",tp_size=""}} 1
+# TYPE rig_engine_running_requests gauge
+rig_engine_running_requests{{{LLAMACPP}}} 1
+"""
+    plan = 'plan="llamacpp_slots",progress="slot_n_decoded",in_flight="slots_decoding"'
+    if stall:
+        body += f"""# TYPE rig_engine_decode_stall_seconds gauge
+rig_engine_decode_stall_seconds{{{LLAMACPP}}} 0
+# TYPE rig_engine_decode_stall_plan_info gauge
+rig_engine_decode_stall_plan_info{{{LLAMACPP},{plan}}} 1
+"""
+    return body
+
+
+def test_llamacpp_stall_plan_is_read_and_its_absence_names_slots():
+    tracked = context(llamacpp_body(True), llamacpp_body(True))
+    plan = by_name(engine_checks(tracked), "stall_plan")
+    assert plan["status"] == "ok" and "plan llamacpp_slots" in plan["detail"], plan
+    untracked = context(llamacpp_body(False), llamacpp_body(False))
+    plan = by_name(engine_checks(untracked), "stall_plan")
+    assert plan["status"] == "fail" and "--slots" in plan["fix"], plan

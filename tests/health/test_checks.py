@@ -434,3 +434,52 @@ def test_stutter_minutes_count_from_the_tap_or_the_tracker() -> None:
     check = one(watch.at(645, TapRig(engines=[engine(stall=0.0)])), "decode_stutter",
                 engine="main")
     assert check.status is HealthStatus.WARN and check.value == 3
+
+
+def llamacpp(**values: float):
+    """A llama.cpp reading: no decode-batch counter, no KV usage; its own counters."""
+    reading = dataclasses.replace(engine(**values), kind="llamacpp")
+    for family in ("decode_batches_total", "kv_usage_ratio"):
+        if family not in values:
+            reading.metrics.values.pop(family)
+    return reading
+
+
+class TestLlamacpp:
+    """The checks that mirror rules reading llama.cpp's own counters."""
+
+    def test_a_wedge_reads_its_forward_passes(self) -> None:
+        rig = Rig(engines=[llamacpp(queued_requests=2, running_requests=0,
+                                    decode_calls_total=755.0)])
+        check = one(Watch().over(0, 360, 15, rig), "engine_wedged", engine="main")
+        assert check.status is HealthStatus.CRIT
+        assert "0 forward passes in the last 1m" in check.reason
+
+    def test_moving_forward_passes_are_no_wedge(self) -> None:
+        watch = Watch()
+        for step in range(25):
+            report = watch.at(step * 15, Rig(engines=[llamacpp(
+                queued_requests=2, running_requests=0, decode_calls_total=755.0 + step)]))
+        assert one(report, "engine_wedged", engine="main").status is HealthStatus.OK
+
+    @pytest.mark.parametrize("accepted_per_step,status", [(2, HealthStatus.WARN), (17, HealthStatus.OK)])
+    def test_speculative_acceptance_from_counters(self, accepted_per_step: int,
+                                                   status: HealthStatus) -> None:
+        watch = Watch()
+        for step in range(50):  # 12m15s, past the 10 min hold
+            report = watch.at(step * 15, Rig(engines=[llamacpp(
+                spec_verify_steps_total=10.0 * step,
+                spec_accepted_tokens_total=float(accepted_per_step * step),
+                spec_draft_tokens_total=30.0 * step)]))
+        check = one(report, "spec_acceptance", engine="main")
+        assert check.status is status
+        assert check.value == pytest.approx(accepted_per_step / 10 + 1)
+
+    def test_no_verification_step_in_the_window_is_no_reading(self) -> None:
+        watch = Watch()
+        for step in range(50):
+            report = watch.at(step * 15, Rig(engines=[llamacpp(
+                spec_verify_steps_total=100.0, spec_accepted_tokens_total=20.0,
+                spec_draft_tokens_total=300.0)]))
+        check = one(report, "spec_acceptance", engine="main")
+        assert check.status is HealthStatus.OK and check.value is None

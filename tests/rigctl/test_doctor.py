@@ -134,8 +134,9 @@ async def exporter_for(config: Path, port: int, log_dir: Path) -> AsyncIterator[
 
 @asynccontextmanager
 async def sim_rig(tmp_path: Path, engine: str = "",
-                  energy: dict[str, float] | None = None) -> AsyncIterator[Rig]:
-    sim = await SimRig(directory=tmp_path / "sim").start()
+                  energy: dict[str, float] | None = None,
+                  engine_kind: str = "sglang") -> AsyncIterator[Rig]:
+    sim = await SimRig(directory=tmp_path / "sim", engine_kind=engine_kind).start()
     port = free_port()
     config = write_rig_config(tmp_path / "rig.toml", port, sim.engine_url, engine,
                               sim.sysfs_root, sim.proc_root)
@@ -259,6 +260,27 @@ def test_a_sound_rig_fails_no_check(tmp_path: Path) -> None:
         assert TOKEN not in verdict.out + verdict.err
 
     asyncio.run(scenario())
+
+
+def test_a_llamacpp_rig_fails_no_check_and_names_its_stall_plan(tmp_path: Path) -> None:
+    """kind = "llamacpp" on the simulated llama-server: its info from /props, the stall
+    tracker's plan from /slots, and metrics_dir (SGLang's) skipped."""
+
+    async def scenario() -> Verdict:
+        async with sim_rig(tmp_path, engine='kind = "llamacpp"', engine_kind="llamacpp") as rig:
+            # The tracker reports its plan once it has polled.
+            await asyncio.sleep(1.0)
+            return await doctor("--exporter", rig.exporter, "--config.file", str(rig.config),
+                                "--json")
+
+    verdict = asyncio.run(scenario())
+    statuses = verdict.statuses()
+    assert "fail" not in statuses.values(), verdict.out
+    assert verdict.check("engine_version", "main")["detail"].startswith(
+        "main: llamacpp b1-sim"), verdict.out
+    plan = verdict.check("stall_plan", "main")
+    assert plan["status"] == "ok" and "plan llamacpp_slots" in plan["detail"], plan
+    assert verdict.check("metrics_dir", "main")["status"] == "skip"
 
 
 def test_metrics_dir_naming_an_empty_directory_fails_with_exit_2(tmp_path: Path) -> None:

@@ -25,6 +25,7 @@ from alerts.generate import build
 from alerts.timescale import COMPARED_AGES, scaled_thresholds
 from exporter.engines.stall.readers import BODY_REUSE_SECONDS
 from exporter.process import event_loop
+from exporter.rigctl.demo import LLAMACPP_TOUR
 from exporter.runtime import Exporter
 from exporter.sim.rig.simrig import SimRig
 from exporter.sim.scenarios import SCENARIOS, Expect, Scenario
@@ -174,8 +175,10 @@ def unmet(scenario: Scenario, samples: list[Sample]) -> list[Expect]:
             if e.alert in judged and not any(c.matches(e) for c in crossed)]
 
 
-async def observe(scenario: Scenario) -> tuple[list[Sample], list[Sample]]:
-    """The health reports within the lead-in and within the fault."""
+async def observe(scenario: Scenario, engine_kind: str = "sglang"
+                  ) -> tuple[list[Sample], list[Sample]]:
+    """The health reports within the lead-in and within the fault, on a rig whose
+    engine is of `engine_kind`."""
     stall = STALL_SCALES.get(scenario.name, DEFAULT_STALL_SCALE)
     fault_scale = FAULT_TIME_SCALES.get(scenario.name, TIME_SCALE)
     fault_at = scenario.fault_at or 0.0
@@ -184,7 +187,8 @@ async def observe(scenario: Scenario) -> tuple[list[Sample], list[Sample]]:
     # A heal sooner than that (the starvation's, 49 s after its fault) still leaves
     # the fault in view for the stall tracker's look-back.
     fault_end = min(max(scenario.heal_at or scenario.seconds, watch), scenario.seconds)
-    async with SimRig(time_scale=TIME_SCALE, stall_scale=stall) as rig:
+    async with SimRig(time_scale=TIME_SCALE, stall_scale=stall,
+                      engine_kind=engine_kind) as rig:
         config = rig.exporter_config()
         # The stall tracker looks back its 60 s in the fault's rig time, as the rules
         # expect (the stutter's minutes); the test's own requests feed the health
@@ -236,8 +240,17 @@ async def observe(scenario: Scenario) -> tuple[list[Sample], list[Sample]]:
 
 @pytest.mark.parametrize("name", sorted(set(SCENARIOS) - E2E_ONLY))
 def test_scenario_crosses_exactly_its_alerts(name: str) -> None:
-    scenario = SCENARIOS[name]
-    lead_in, fault = event_loop.run(asyncio.wait_for(observe(scenario), 180))
+    judge(SCENARIOS[name], "sglang")
+
+
+@pytest.mark.parametrize("name", LLAMACPP_TOUR)
+def test_llamacpp_rig_crosses_exactly_its_alerts(name: str) -> None:
+    """`rigctl demo --engine-kind llamacpp`'s tour: the stall read from /slots."""
+    judge(SCENARIOS[name], "llamacpp")
+
+
+def judge(scenario: Scenario, engine_kind: str) -> None:
+    lead_in, fault = event_loop.run(asyncio.wait_for(observe(scenario, engine_kind), 180))
     # The lead-in is short in real time; the healthy scenario itself must get its samples.
     assert crossings(lead_in) == set(), "the lead-in crossed a condition"
     assert unknown(lead_in) == set(), "a check could not tell in the lead-in"

@@ -44,3 +44,14 @@ def test_any_cut_reads_the_same_flag(cuts, flag, separators):
     body = json.dumps({"model": "m", "messages": [{"role": "user", "content": "x" * 900}],
                        "stream": flag, "max_tokens": 9}, separators=separators).encode()
     assert asks("/v1/chat/completions", body, cuts) is flag
+
+
+def test_llamacpp_native_limit_and_stream_flag():
+    ask = StreamAsk.of("POST", "/completion")
+    assert ask is not None and not ask.streaming  # native routes stream only when asked
+    ask.feed(b'{"prompt": "x", "n_predict": 64, "stream": true}')
+    assert ask.streaming and ask.bounded
+    unbounded = StreamAsk.of("POST", "/completion")
+    assert unbounded is not None
+    unbounded.feed(b'{"prompt": "x", "n_predict": -1, "stream": true}')
+    assert not unbounded.bounded

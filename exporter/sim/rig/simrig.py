@@ -36,7 +36,8 @@ from typing import TYPE_CHECKING, Any
 
 from exporter.config import EngineConfig
 from exporter.process.launch import free_port
-from exporter.sim.agents import Agents, SimAgent
+from exporter.sim.agents import Agents, SimAgent, roster_for
+from exporter.sim.engine.llamacpp import LlamacppSimServer
 from exporter.sim.engine.scheduler import Policy
 from exporter.sim.engine.server import SimServer
 from exporter.sim.engine.state import SimEngine
@@ -68,8 +69,11 @@ class SimRig:
     def __init__(self, time_scale: float = 1.0, directory: str | os.PathLike[str] | None = None,
                  engine_name: str = "main", tick_seconds: float = 0.05,
                  say: Callable[[str], None] | None = None,
-                 stall_scale: float | None = None) -> None:
+                 stall_scale: float | None = None, engine_kind: str = "sglang") -> None:
         self.clock = ScenarioClock(time_scale)
+        #: "sglang", or "llamacpp": a llama-server front on the same scheduler model
+        #: (exporter/sim/engine/llamacpp.py).
+        self.engine_kind = engine_kind
         self.initial_time_scale = time_scale
         self._stall_scale = stall_scale  # None: stalls compress like the rest
         self.engine_name = engine_name
@@ -85,7 +89,7 @@ class SimRig:
         self.host = HostState()
         self.cards: dict[str, CardSpec] = baseline.healthy_cards()
         self.removed_cards: set[str] = set()
-        self.server: SimServer | None = None
+        self.server: SimServer | LlamacppSimServer | None = None
         self.engine_url = ""
         self._port = 0
         #: The stream tap the exporter puts in front of the engine, and the agents
@@ -108,11 +112,12 @@ class SimRig:
         self.sysfs_root.mkdir(parents=True, exist_ok=True)
         sysfs_writer.write_rig(self.sysfs_root, tuple(self.cards.values()))
         self.heal()
-        self.server = SimServer(self.engine)
+        self.server = self._new_server()
         self.engine_url = await self.server.start()
         self._port = int(self.engine_url.rsplit(":", 1)[1])
         self.tap_port = free_port()
-        self.agents = Agents(f"http://127.0.0.1:{self.tap_port}", self.directory / "agents")
+        self.agents = Agents(f"http://127.0.0.1:{self.tap_port}", self.directory / "agents",
+                             roster_for(self.engine_kind))
         self._last_tick = self.clock.now()
         self._ticker = asyncio.create_task(self._tick_loop(), name="sim rig ticks")
         return self
@@ -135,6 +140,11 @@ class SimRig:
                     shutil.rmtree(tree, ignore_errors=True)
             # The files are gone: a restarted rig writes them again.
             self._written_host, self._written_cpu = None, "unwritten"
+
+    def _new_server(self) -> SimServer | LlamacppSimServer:
+        if self.engine_kind == "llamacpp":
+            return LlamacppSimServer(self.engine)
+        return SimServer(self.engine)
 
     async def __aenter__(self) -> SimRig:
         return await self.start()
@@ -173,7 +183,7 @@ class SimRig:
         poll = stall_poll_seconds or min(default_poll,
                                          max(MIN_STALL_POLL_SECONDS, default_poll / stall))
         scale = self.initial_time_scale
-        engine = (f"{self.engine_name}={self.engine_url}"
+        engine = (f"{self.engine_name}={self.engine_url},kind={self.engine_kind}"
                   f",probe_interval_seconds={PROBE_INTERVAL_SECONDS / scale:g}"
                   f",probe_timeout_seconds={timeout:g}"
                   f",stall_poll_interval_seconds={poll:g}")
@@ -329,7 +339,7 @@ class SimRig:
         if self.server is not None:
             return
         self.engine.restart()
-        self.server = SimServer(self.engine)
+        self.server = self._new_server()
         await self.server.start(port=self._port)
 
     # --- the rig's clock ----------------------------------------------------

@@ -1,0 +1,148 @@
+"""kind = "llamacpp" served end to end against a real llama-server: the collector on
+its /metrics, /props and /slots, the tap on its native /completion, cached tokens per
+agent, and the stall tracker's bounds against a client's own gap measurement through
+the tap (docs/facts/llamacpp.md, docs/stall-tracker.md#llamacpp).
+
+The stall is a real prefill: agent A decodes while agent B's fresh 16,384-token
+prompt is read in batches of `-b 2048` on one thread (`-t 1`), each batch stopping A
+once (measured 3.6-4.5 s a batch on this box).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+
+import aiohttp
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from exporter.config import AgentConfig, Config, EngineConfig, GpuConfig, HostConfig
+from exporter.process.launch import free_port
+from exporter.runtime import Exporter
+from exporter.streams import StreamMeter
+from tests.support.real_engines import RealEngine
+
+pytestmark = pytest.mark.real_engine
+
+#: The client's gap and the tracker's bounds are read at different places: the frame
+#: leaves the server after n_decoded moved, and crosses the tap. This much either side.
+EDGE_SECONDS = 0.3
+#: A may decode this many tokens: more than it gets through B's prefill (8-10 s with
+#: -t 2, more with one thread), within the 32k context the slots share with B's 16k.
+#: It hangs up a second after B's answer.
+A_TOKENS = 12_000
+B_PROMPT_TOKENS = 16_384
+
+
+def series(text: str) -> dict[str, float]:
+    values: dict[str, float] = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.labels.get("engine") != "solo":
+                continue
+            extra = [f"{k}={v}" for k, v in sorted(sample.labels.items())
+                     if k in ("slot", "agent", "tier", "outcome")]
+            values[sample.name + (f"[{','.join(extra)}]" if extra else "")] = sample.value
+    return values
+
+
+async def native_stream(session: aiohttp.ClientSession, url: str, agent: str,
+                        body: dict, until: asyncio.Event | None = None) -> StreamMeter:
+    """One agent's stream through the tap, timed on the client's side; with `until`,
+    the client hangs up once it is set (llama-server then releases the slot)."""
+    meter = StreamMeter(time.monotonic())
+    async with session.post(url + "/completion", json={**body, "stream": True},
+                            headers={"X-Agent": agent}) as response:
+        assert response.status == 200, await response.text()
+        async for chunk in response.content.iter_any():
+            meter.feed(chunk, time.monotonic())
+            if until is not None and until.is_set():
+                break
+    assert (meter.done or until is not None) and meter.unrecognised == 0
+    return meter
+
+
+@pytest.mark.timeout(900)  # a 16k prefill on one thread of a shared 2-core box
+@pytest.mark.parametrize("llama_engine", [("-b", "2048", "-t", "1")], indirect=True)
+def test_llamacpp_kind_end_to_end(llama_engine: RealEngine) -> None:
+    tap = f"127.0.0.1:{free_port()}"
+    engine = EngineConfig(name="solo", url=llama_engine.url, kind="llamacpp",
+                          tap_listen_address=tap, agents=(
+                              AgentConfig("alpha", header_name="X-Agent", header_value="a"),
+                              AgentConfig("beta", header_name="X-Agent", header_value="b")))
+    config = Config(gpu=GpuConfig(enabled=False), host=HostConfig(enabled=False),
+                    engines=(engine,))
+    rng = random.Random(29)
+    # Token ids away from the special ones at the vocabulary's ends.
+    short = [rng.randrange(300, 3900) for _ in range(64)]
+    fresh = [rng.randrange(300, 3900) for _ in range(B_PROMPT_TOKENS)]
+
+    async def scenario():
+        exporter = Exporter(config)
+        await exporter.start()
+        try:
+            async with aiohttp.ClientSession() as session:
+                url = f"http://{tap}"
+                # Cached tokens per agent: the same prompt twice, on the same slot.
+                warm = await native_stream(session, url, "a", {"prompt": short,
+                                                               "n_predict": 8})
+                again = await native_stream(session, url, "a", {"prompt": short,
+                                                                "n_predict": 8})
+                idle = series(exporter.render(await exporter.snapshot()).decode())
+                # A decodes; 2 s later B's fresh 16k prompt arrives.
+                b_done = asyncio.Event()
+                a = asyncio.create_task(native_stream(session, url, "a", {
+                    "prompt": short[:16], "n_predict": A_TOKENS, "ignore_eos": True},
+                    until=b_done))
+                await asyncio.sleep(2.0)
+                decoding = series(exporter.render(await exporter.snapshot()).decode())
+                b = await native_stream(session, url, "b", {"prompt": fresh, "n_predict": 4})
+                during = series(exporter.render(await exporter.snapshot()).decode())
+                await asyncio.sleep(1.0)  # A decodes on, then hangs up
+                b_done.set()
+                a_meter = await a
+                await asyncio.sleep(2.0)  # llama-server notices the hang-up, releases A
+                after = series(exporter.render(await exporter.snapshot()).decode())
+        finally:
+            await exporter.close()
+        return warm, again, idle, decoding, b, during, a_meter, after
+
+    warm, again, idle, decoding, b, during, a, after = asyncio.run(scenario())
+
+    # The tap reads the native frames: counts from tokens_predicted, the cached part
+    # of the prompt from timings.cache_n (at least one token is always evaluated).
+    assert warm.timer.timing().tokens == 8 and warm.prompt_tokens == 64
+    assert again.cached_tokens == 63
+    assert idle["rig_agent_cached_prompt_tokens_total[agent=alpha]"] == 63 + (
+        warm.cached_tokens or 0)
+    assert idle["rig_agent_prompt_tokens_total[agent=alpha]"] == 128
+    # The collector: whole prompts, as the agents' own counts say.
+    assert idle["rig_engine_prompt_tokens_total"] >= 128
+    assert idle["rig_engine_cache_hit_tokens_total[tier=L1]"] >= 63
+    assert idle["rig_engine_context_length_tokens"] == 32_768
+    assert idle["rig_engine_decode_stall_plan_info"] == 1
+    # While A decodes: one slot processing, its request growing; no stall.
+    assert decoding["rig_engine_running_requests"] == 1
+    busy = [k for k, v in decoding.items() if k.startswith("rig_engine_slot_processing") and v]
+    assert len(busy) == 1
+    assert decoding["rig_engine_decode_stall_seconds"] == 0
+
+    # The stall tracker against A's own gaps, measured through the tap.
+    gaps = a.timer.timing()
+    longest = gaps.max_gap_seconds
+    low, high = (after["rig_engine_decode_stall_max_seconds"],
+                 after["rig_engine_decode_stall_max_upper_seconds"])
+    print(f"\nA's longest gap {longest:.3f} s; tracker's bounds [{low:.3f}, {high:.3f}] s; "
+          f"B's TTFT {b.timer.timing().ttft_seconds:.2f} s; "
+          f"stalled total {after['rig_engine_decode_stalled_seconds_total']:.2f} s")
+    assert longest > 1.0  # a real stall, not decode's cadence
+    assert low - EDGE_SECONDS <= longest <= high + EDGE_SECONDS
+    assert high - low <= 2 * 0.25 + EDGE_SECONDS  # two polls apart, and their answers
+    assert after["rig_engine_decode_stalled_seconds_total"] >= low
+    # The token counters moved when the requests ended, not during them.
+    assert during["rig_engine_generation_tokens_total"] <= idle[
+        "rig_engine_generation_tokens_total"] + 4
+    assert after["rig_engine_generation_tokens_total"] >= (
+        idle["rig_engine_generation_tokens_total"] + 4 + (a.timer.tokens or 0))
