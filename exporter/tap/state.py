@@ -76,6 +76,9 @@ class LiveStream:
     counted_frames: int = 0  # already added to frames
     ttft_seen: bool = False
     prompt_seen: bool = False
+    #: Counted apart: the cache reads may come later than the prompt (vLLM's Messages
+    #: stream gives them only on its closing message_delta).
+    cached_seen: bool = False
     #: The waiting mark current at the stream's last token (tally.Mark).
     mark: Mark | None = None
 
@@ -213,9 +216,11 @@ class TapState:
             stream.prompt_seen = True
             tally.prompt_tokens += meter.prompt_tokens
             tally.last_prompt_tokens = meter.prompt_tokens
-            if meter.cached_tokens is not None:
-                tally.cached_prompt_tokens = (tally.cached_prompt_tokens or 0) + min(
-                    meter.cached_tokens, meter.prompt_tokens)
+        if (not stream.cached_seen and meter.cached_tokens is not None
+                and meter.prompt_tokens is not None):
+            stream.cached_seen = True
+            tally.cached_prompt_tokens = (tally.cached_prompt_tokens or 0) + min(
+                meter.cached_tokens, meter.prompt_tokens)
 
     def close(self, stream: LiveStream, outcome: str) -> None:
         """The stream ended: an `error` frame turns `ok` into `error`, and a stream of

@@ -85,3 +85,26 @@ def test_window_memory_is_bounded():
         state.chunk(stream, chunk("x"))
     assert len(state.recent) <= WINDOW_SECONDS + 1
     assert state.gaps.count == 9_999
+
+
+def event(body: dict) -> bytes:
+    return f"event: {body['type']}\ndata: {json.dumps(body)}\n\n".encode()
+
+
+def test_cache_reads_given_after_the_prompt_are_counted_once():
+    # vLLM's /v1/messages: message_start has the whole prompt and no cache reads; the
+    # closing message_delta has the uncached part and the cache reads.
+    clock = Clock()
+    state = TapState(clock)
+    stream = state.open(clock.now)
+    state.chunk(stream, event({"type": "message_start", "message": {
+        "id": "m", "type": "message", "usage": {"input_tokens": 1093, "output_tokens": 0}}}))
+    state.chunk(stream, event({"type": "content_block_delta", "index": 0,
+                               "delta": {"type": "text_delta", "text": "x"}}))
+    for _ in range(2):  # a second usage frame adds nothing
+        state.chunk(stream, event({"type": "message_delta", "delta": {}, "usage": {
+            "input_tokens": 69, "cache_read_input_tokens": 1024, "output_tokens": 1}}))
+    state.close(stream, "ok")
+    other = next(a for a in state.reading("vllm", "main").agents if a.name == "other")
+    assert (other.prompt_tokens, other.cached_prompt_tokens, other.last_prompt_tokens) == (
+        1093, 1024, 1093)
