@@ -1,4 +1,5 @@
-"""The stream probe `probe/<name>`: one short streaming /generate, timed frame by frame.
+"""The stream probe `probe/<name>`: one short stream (SGLang /generate, vLLM
+/v1/completions), timed frame by frame.
 
 It is what a client sees (docs/metrics.md#stream-probe): the time to the first token, every gap
 between frames that carry tokens, the longest gap and the decode rate, timed by
@@ -63,6 +64,29 @@ def probe_prompt(configured: str) -> str:
     return configured or f"[rig probe {uuid.uuid4().hex}] {DEFAULT_PROMPT}"
 
 
+#: The engine kinds whose streams the probe knows how to ask for.
+PROBED_KINDS = ("sglang", "vllm")
+
+
+def probe_request(config: EngineConfig) -> tuple[str, dict[str, object]]:
+    """The route and body of one probe: SGLang's native /generate; on vLLM, which has
+    no /generate (404), the OpenAI completions route, whose model may be left out (the
+    one served) and which takes ignore_eos, its usage on every chunk, so that the
+    tokens are counted as the engine counts them (docs/metrics.md#stream-probe)."""
+    prompt = probe_prompt(config.probe_prompt)
+    if config.kind == "vllm":
+        return "/v1/completions", {
+            "prompt": prompt, "max_tokens": config.probe_max_new_tokens,
+            "ignore_eos": True, "temperature": 0, "stream": True,
+            "stream_options": {"include_usage": True, "continuous_usage_stats": True}}
+    return "/generate", {
+        "text": prompt,
+        "sampling_params": {"max_new_tokens": config.probe_max_new_tokens,
+                            "ignore_eos": True, "temperature": 0},
+        "stream": True,
+    }
+
+
 class StreamProbe:
     def __init__(self, session: Callable[[], aiohttp.ClientSession | None], config: EngineConfig,
                  clock: Callable[[], float] = time.monotonic) -> None:
@@ -123,13 +147,8 @@ class StreamProbe:
         session = self._session()
         if session is None:
             raise SourceError("engine session not started")
-        body = {
-            "text": probe_prompt(self.config.probe_prompt),
-            "sampling_params": {"max_new_tokens": self.config.probe_max_new_tokens,
-                                "ignore_eos": True, "temperature": 0},
-            "stream": True,
-        }
-        async with session.post(self.config.url + "/generate", json=body) as response:
+        path, body = probe_request(self.config)
+        async with session.post(self.config.url + path, json=body) as response:
             if response.status != 200:
                 head = (await response.content.read(200)).decode("utf-8", "replace")
                 raise SourceError(f"HTTP {response.status} {head!r}")

@@ -1,10 +1,11 @@
 """`rigctl probe`: one stream probe now, with the exporter's own probe code.
 
-It sends one short streaming /generate to an SGLang server and prints the time
-to the first token, every gap between token-bearing frames, the longest gap
-and the decode rate. The longest gap is judged against the decode starvation
-threshold (decode_stall_critical_seconds, 10 s unless --config's [thresholds]
-says otherwise), the one RigDecodeStarvation and `rigctl health` use.
+It sends one short stream to an engine (SGLang's /generate, or vLLM's
+/v1/completions with --kind vllm) and prints the time to the first token, every
+gap between token-bearing frames, the longest gap and the decode rate. The
+longest gap is judged against the decode starvation threshold
+(decode_stall_critical_seconds, 10 s unless --config's [thresholds] says
+otherwise), the one RigDecodeStarvation and `rigctl health` use.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from typing import TextIO
 import aiohttp
 
 from exporter.config import EngineConfig
-from exporter.engines.probe import ProbeResult, StreamProbe
+from exporter.engines.probe import PROBED_KINDS, ProbeResult, StreamProbe
 from exporter.rigctl.common import (
     EXIT_CRITICAL,
     EXIT_ENDINGS,
@@ -34,6 +35,7 @@ DEFAULTS = EngineConfig(name="probe", url="http://127.0.0.1:30000")
 EXAMPLES = f"""examples:
   rigctl probe --engine http://127.0.0.1:30000
   rigctl probe --engine http://127.0.0.1:30000 --max-new-tokens 256 --config rig.toml
+  rigctl probe --engine http://127.0.0.1:8000 --kind vllm
 
 The probe's prompt sits behind a unique prefix, so it neither rides nor fills
 the radix cache, and it asks for --max-new-tokens tokens with ignore_eos.
@@ -51,7 +53,9 @@ def add_parser(commands: argparse._SubParsersAction) -> argparse.ArgumentParser:
         "probe", help="send one streaming request to an engine now and time every token gap",
         description=__doc__.split("\n\n")[1], epilog=EXAMPLES, formatter_class=help_formatter)
     probe.add_argument("--engine", required=True, metavar="URL", type=http_url,
-                       help="the SGLang server, e.g. http://127.0.0.1:30000")
+                       help="the engine, e.g. http://127.0.0.1:30000")
+    probe.add_argument("--kind", choices=PROBED_KINDS, default=DEFAULTS.kind,
+                       help="the engine's software, which says the route (default %(default)s)")
     probe.add_argument("--max-new-tokens", type=positive(int), metavar="N",
                        default=DEFAULTS.probe_max_new_tokens,
                        help="tokens to generate (default %(default)s; more tokens, more gaps "
@@ -66,8 +70,9 @@ def add_parser(commands: argparse._SubParsersAction) -> argparse.ArgumentParser:
     return probe
 
 
-async def probe_once(url: str, max_new_tokens: int, timeout: float, prompt: str) -> ProbeResult:
-    engine = EngineConfig(name=url, url=url, probe_max_new_tokens=max_new_tokens,
+async def probe_once(url: str, max_new_tokens: int, timeout: float, prompt: str,
+                     kind: str = DEFAULTS.kind) -> ProbeResult:
+    engine = EngineConfig(name=url, url=url, kind=kind, probe_max_new_tokens=max_new_tokens,
                           probe_timeout_seconds=timeout, probe_prompt=prompt)
     async with aiohttp.ClientSession() as session:
         return await StreamProbe(lambda: session, engine).probe_once()
@@ -104,6 +109,7 @@ def run(args: argparse.Namespace, out: TextIO) -> int:
         print(f"rigctl probe: --config: {exc}", file=sys.stderr)
         return EXIT_UNKNOWN
     limit = thresholds.decode_stall_critical_seconds
-    result = asyncio.run(probe_once(args.engine, args.max_new_tokens, args.timeout, args.prompt))
+    result = asyncio.run(probe_once(args.engine, args.max_new_tokens, args.timeout, args.prompt,
+                                    args.kind))
     print_probe(args.engine, result, out, limit)
     return EXIT_OK if result.success and not starved(result, limit) else EXIT_CRITICAL

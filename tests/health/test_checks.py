@@ -462,7 +462,8 @@ class TestLlamacpp:
                 queued_requests=2, running_requests=0, decode_calls_total=755.0 + step)]))
         assert one(report, "engine_wedged", engine="main").status is HealthStatus.OK
 
-    @pytest.mark.parametrize("accepted_per_step,status", [(2, HealthStatus.WARN), (17, HealthStatus.OK)])
+    @pytest.mark.parametrize("accepted_per_step,status",
+                             [(2, HealthStatus.WARN), (17, HealthStatus.OK)])
     def test_speculative_acceptance_from_counters(self, accepted_per_step: int,
                                                    status: HealthStatus) -> None:
         watch = Watch()

@@ -9,7 +9,9 @@ Flags vary by indirect parametrisation, one engine per parameter set:
     @pytest.mark.parametrize("vllm_engine", [("--max-num-batched-tokens", "512")],
                              indirect=True)
 
-Without parameters each runs with its defaults (VLLM_FLAGS, LLAMA_FLAGS).
+Without parameters each runs with its defaults (VLLM_FLAGS, LLAMA_FLAGS). vLLM's
+start counts toward the first test's pytest-timeout (300 s by default) and takes up to
+4 minutes on a busy box: mark such modules `pytest.mark.timeout(900)`.
 """
 
 from __future__ import annotations
