@@ -123,7 +123,8 @@ class TestCpuHwmon:
 
 
 class TestOneBadLine:
-    """One bad line costs its own series; RAM and swap stay."""
+    """A bad PSI line or missing swap counts cost their own series; RAM and swap stay.
+    meminfo, read by psutil, is read whole or not at all."""
 
     def test_a_bad_byte_in_pressure_drops_that_line_only(
         self, tmp_path: Path, caplog: pytest.LogCaptureFixture
@@ -139,16 +140,14 @@ class TestOneBadLine:
         assert reading.pressure_stall_seconds_total == {"full": 7.0}
         assert 'kind="some"} is absent' in caplog.text
 
-    def test_a_bad_meminfo_line_is_skipped_and_told(
-        self, tmp_path: Path, caplog: pytest.LogCaptureFixture
-    ) -> None:
+    def test_a_meminfo_line_psutil_cannot_parse_fails_the_read(self, tmp_path: Path) -> None:
+        # The kernel writes meminfo whole and in one format (fs/proc/meminfo.c): a line
+        # without a number is a broken tree, told as the source's error.
         write_proc(tmp_path, HostSpec())
         meminfo = tmp_path / "meminfo"
-        meminfo.write_bytes(meminfo.read_bytes() + b"Hugepagesize:\xff 2048 kB\n")
-        with caplog.at_level(logging.WARNING):
-            reading = HostSource(str(tmp_path)).read_now()
-        assert reading.memory_available_bytes == 19 * GIB
-        assert "meminfo: 1 line(s) not understood" in caplog.text
+        meminfo.write_bytes(meminfo.read_bytes() + b"Hugepagesize:\n")
+        with pytest.raises(SourceError, match="meminfo"):
+            HostSource(str(tmp_path)).read_now()
 
     def test_no_swap_lines_in_vmstat_leave_the_swap_counters_absent(self, tmp_path: Path) -> None:
         write_proc(tmp_path, HostSpec())
@@ -160,5 +159,5 @@ class TestOneBadLine:
         write_proc(tmp_path, HostSpec())
         (tmp_path / "meminfo").unlink()
         (tmp_path / "meminfo").symlink_to("/dev/zero")
-        with pytest.raises(SourceError, match="longer than"):
+        with pytest.raises(SourceError, match="meminfo: not a regular file"):
             HostSource(str(tmp_path)).read_now()
