@@ -2,30 +2,56 @@
 
 The HiCache L2 pool takes most of the rig's RAM (≈40 GB of 64 GB, docs/facts/rig.md#kv-capacity),
 so swap traffic and memory-pressure stalls are the early signs of trouble.
+
+RAM and swap come from psutil (`virtual_memory`, `swap_memory`: /proc/meminfo and
+/proc/vmstat). What psutil cannot give is read here by hand: it has no PSI at all, and
+its `sensors_temperatures` globs a fixed `/sys/class/hwmon`, where the CPU's chip must
+be found under the configured sysfs root (a simulated rig's) like the cards.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import stat
+import threading
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
+
+import psutil
 
 from exporter.process.log_limits import Conditions
 from exporter.snapshot import SourceError
 from exporter.sources.blocking import BlockingRead
-from exporter.sources.files import read_capped
+from exporter.sources.files import TEXT_MAX_BYTES, read_capped
 
 log = logging.getLogger(__name__)
 
 # Chips whose sensors are the CPU's own, best first: k10temp is Ryzen's (Tctl, Tccd*).
 CPU_SENSOR_CHIPS = ("k10temp", "zenpower", "coretemp", "cpu_thermal")
-# proc(5): /proc/vmstat's pswpin and pswpout count pages.
+# /proc/vmstat's pswpin and pswpout count pages of the kernel's page size
+# (mm/page_io.c: `count_vm_events(PSWPIN, folio_nr_pages(folio))`; docs/metrics.md#host-metrics).
 PAGE_BYTES = os.sysconf("SC_PAGE_SIZE")
-# The meminfo fields without which the source has nothing to say (kB, proc(5));
-# MemAvailable since Linux 3.14.
-_MEMINFO_NEEDED = ("MemTotal", "MemAvailable", "SwapTotal", "SwapFree")
+# psutil turns those counts into bytes at 4 KiB a page whatever the page size
+# (psutil/_pslinux.py swap_memory: `* 4 * 1024`): rescaled below, so a kernel with
+# 16 or 64 KiB pages (arm64, ppc64) reads true. On x86-64 the factor is 1.
+_PSUTIL_PAGE_BYTES = 4096
 _PSI_KINDS = ("some", "full")
+
+# psutil finds /proc through one module global, psutil.PROCFS_PATH, looked up at each
+# call (psutil/_common.py get_procfs_path). A host source sets it to its root for its
+# read and puts it back. Each source reads one at a time already (its one blocking-read
+# thread, exporter/sources/blocking.py); this lock makes it one at a time across every
+# host source in the process (tests and benches run several roots side by side). While
+# a read holds it, any other psutil call in the process would read that root: the
+# exporter makes none.
+_PROCFS_PATH_LOCK = threading.Lock()
+# psutil's own words when it sets a value to 0 for want of the kernel's
+# (psutil/_pslinux.py virtual_memory and swap_memory); here that value is absent.
+_SWAP_COUNTS_UNKNOWN = "'sin' and 'sout' swap memory stats couldn't be determined"
+_AVAILABLE_UNKNOWN = "available"
+_PSUTIL_DIR = Path(psutil.__file__).parent
 
 
 @dataclass
@@ -60,47 +86,47 @@ class HostSource:
         return await self._read()
 
     def read_now(self) -> HostReading:
-        # Each file and line on its own: one bad line costs its own series only.
-        meminfo = self._fields("meminfo", separator=":")
-        missing = [key for key in _MEMINFO_NEEDED if key not in meminfo]
-        if missing:
-            raise SourceError(f"no {', '.join(missing)} in {self.proc_root / 'meminfo'}")
-        vmstat = self._fields("vmstat", separator=" ")
-        kib = {key: meminfo[key] * 1024 for key in _MEMINFO_NEEDED}
-        return HostReading(
-            memory_total_bytes=kib["MemTotal"],
-            memory_available_bytes=kib["MemAvailable"],
-            swap_total_bytes=kib["SwapTotal"],
-            swap_used_bytes=kib["SwapTotal"] - kib["SwapFree"],
-            swap_in_bytes_total=_pages(vmstat.get("pswpin")),
-            swap_out_bytes_total=_pages(vmstat.get("pswpout")),
-            pressure_stall_seconds_total=self._memory_pressure(),
-            cpu_temperatures_celsius=cpu_temperatures(self.sysfs_root),
-        )
+        reading = self._ram_and_swap()
+        reading.pressure_stall_seconds_total = self._memory_pressure()
+        reading.cpu_temperatures_celsius = cpu_temperatures(self.sysfs_root)
+        return reading
 
-    def _fields(self, name: str, separator: str) -> dict[str, float]:
-        """`key<separator> value [kB]` lines of a /proc file; a line that does not
-        parse is left out and told. A file that cannot be read is a SourceError."""
-        path = self.proc_root / name
-        try:
-            blob = read_capped(path)
-        except OSError as exc:
-            raise SourceError(f"cannot read {path}: {exc.strerror or exc}") from exc
-        fields: dict[str, float] = {}
-        bad = []
-        for number, raw in enumerate(blob.splitlines(), 1):
-            key, sep, rest = raw.partition(separator.encode())
-            value = rest.split()[:1]
-            if sep and value and value[0].isdigit() and key.isascii():
-                fields[key.decode().strip()] = float(value[0])
-            else:
-                bad.append(f"line {number} {raw[:40]!r}")
-        if bad:
-            self._conditions.failed(str(path), f"{len(bad)} line(s) not understood, "
-                                               f"skipped: first {bad[0]}")
+    def _ram_and_swap(self) -> HostReading:
+        """psutil's RAM and swap under this source's /proc root."""
+        # zoneinfo: psutil's estimate of available memory where meminfo has none.
+        for name in ("meminfo", "vmstat", "zoneinfo"):
+            _refuse_unbounded(self.proc_root / name)
+        # The warnings module's state is process-wide too, hence inside the lock.
+        with _PROCFS_PATH_LOCK, warnings.catch_warnings(record=True) as told:
+            warnings.simplefilter("always")
+            before, psutil.PROCFS_PATH = psutil.PROCFS_PATH, str(self.proc_root)
+            try:
+                memory, swap = psutil.virtual_memory(), psutil.swap_memory()
+            except (OSError, LookupError, ValueError) as exc:  # missing file, field, number
+                raise SourceError(f"cannot read RAM and swap from {self.proc_root / 'meminfo'}"
+                                  f": {type(exc).__name__} {exc}") from exc
+            finally:
+                psutil.PROCFS_PATH = before
+        said = _psutil_warnings(told)
+        if any(_AVAILABLE_UNKNOWN in text.partition(" memory stats")[0].split(", ")
+               for text in said):
+            raise SourceError(f"no available memory in {self.proc_root / 'meminfo'}")
+        # psutil says 0 swapped in and out, and warns, when vmstat lacks the counts.
+        swap_counted = not any(_SWAP_COUNTS_UNKNOWN in text for text in said)
+        subject = str(self.proc_root / "vmstat")
+        if swap_counted:
+            self._conditions.ok(subject)
         else:
-            self._conditions.ok(str(path))
-        return fields
+            self._conditions.failed(subject, "no pswpin and pswpout (or not readable): "
+                                    "rig_host_swap_{in,out}_bytes_total are absent")
+        return HostReading(
+            memory_total_bytes=float(memory.total),
+            memory_available_bytes=float(memory.available),
+            swap_total_bytes=float(swap.total),
+            swap_used_bytes=float(swap.used),
+            swap_in_bytes_total=_page_bytes(swap.sin) if swap_counted else None,
+            swap_out_bytes_total=_page_bytes(swap.sout) if swap_counted else None,
+        )
 
     def _memory_pressure(self) -> dict[str, float]:
         """`/proc/pressure/memory`: `some avg10=0.00 avg60=0.00 avg300=0.00 total=<us>`,
@@ -134,8 +160,37 @@ class HostSource:
         return stalls
 
 
-def _pages(count: float | None) -> float | None:
-    return None if count is None else count * PAGE_BYTES
+def _page_bytes(psutil_bytes: int) -> float:
+    """psutil's swap bytes, recounted at the kernel's page size."""
+    return float(psutil_bytes // _PSUTIL_PAGE_BYTES * PAGE_BYTES)
+
+
+def _psutil_warnings(told: list[warnings.WarningMessage]) -> list[str]:
+    """The texts of psutil's warnings; another thread's, caught in the same moment,
+    are given back to the warnings machinery."""
+    said = []
+    for warning in told:
+        if Path(warning.filename).is_relative_to(_PSUTIL_DIR):
+            said.append(str(warning.message))
+        else:
+            warnings.warn_explicit(warning.message, warning.category, warning.filename,
+                                   warning.lineno, source=warning.source)
+    return said
+
+
+def _refuse_unbounded(path: Path) -> None:
+    """psutil reads a file to its end, with no limit (exporter/sources/files.py has one):
+    only a regular file within the limit goes to it. The kernel's /proc files are regular
+    and say size 0; a link to /dev/zero under a configured root is that file's error."""
+    try:
+        found = os.stat(path)
+    except FileNotFoundError:
+        return  # psutil tells: meminfo's absence fails the read, vmstat's the counts
+    except OSError as exc:
+        raise SourceError(f"cannot read {path}: {exc.strerror or exc}") from exc
+    if not stat.S_ISREG(found.st_mode) or found.st_size > TEXT_MAX_BYTES:
+        raise SourceError(f"{path}: not a regular file of at most {TEXT_MAX_BYTES} bytes, "
+                          "not a kernel file: not read")
 
 
 def _psi_total(line: bytes) -> float | None:
