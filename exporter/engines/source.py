@@ -137,7 +137,7 @@ class EngineSource:
     async def read_metrics_text(self) -> str:
         """A body at most a second old: the tracker's, or a fresh one
         (docs/stall-tracker.md#where-the-counters-come-from)."""
-        return await self.body.recent()
+        return (await self.body.recent()).text
 
     async def read(self) -> EngineReading:
         self._refresh_info_if_due()

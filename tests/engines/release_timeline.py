@@ -88,7 +88,7 @@ def play(version: str, mode: str, seconds: float, events: Events,
             info = await fetch_info(session, server.url, "sglang")
             planner = Planner("main", await engine_evidence(session, server.url, info))
             if mode == "files":
-                reader = MultiprocReader(engine.directory, TICK)
+                reader = MultiprocReader(engine.directory, TICK, clock=clock)
             else:
                 reader = MetricsReader(
                     MetricsBody(lambda: get_text(session, server.url + "/metrics"),

@@ -36,7 +36,7 @@ def in_flight(text: str) -> float | None:
     async def body() -> str:
         return text
 
-    return asyncio.run(MetricsReader(MetricsBody(body), 0.25).read()).http_active
+    return asyncio.run(MetricsReader(MetricsBody(body), 0.25).read()).counters.http_active
 
 
 def test_a_stream_on_each_generation_route_is_in_flight():

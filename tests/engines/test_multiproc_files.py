@@ -15,7 +15,7 @@ from tests.support.sglang_release import ReleasePlayback
 
 
 def read(reader: MultiprocReader):
-    return asyncio.run(reader.read())
+    return asyncio.run(reader.read()).counters
 
 
 def test_files_appear_grow_vanish_and_are_replaced(tmp_path):

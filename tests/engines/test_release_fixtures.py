@@ -27,7 +27,7 @@ def counters(version: str):
     async def fetch() -> str:
         return body(version)
 
-    return asyncio.run(MetricsReader(MetricsBody(fetch), 0.25).read())
+    return asyncio.run(MetricsReader(MetricsBody(fetch), 0.25).read()).counters
 
 
 @pytest.mark.parametrize("version", ["0.5.5", "0.5.10", "0.5.16"])

@@ -18,6 +18,7 @@ import statistics
 import time
 from collections import defaultdict, deque
 from collections.abc import Awaitable, Callable, Iterable
+from dataclasses import dataclass
 from typing import Protocol
 
 from exporter.engines.exposition import Sample, parse
@@ -37,12 +38,24 @@ TRACKER_BUDGET = 0.018
 BODY_REUSE_SECONDS = 1.0
 
 
+@dataclass(frozen=True)
+class CounterReading:
+    """Counters, and when they were asked for and answered: they describe the engine
+    at some moment in between (docs/stall-tracker.md#honest-bounds). A reused body
+    keeps the times of its own fetch."""
+
+    counters: Counters
+    asked_at: float
+    answered_at: float
+
+
 class CounterReader(Protocol):
     #: How this reader reads, for the log line at start.
     how: str
 
-    async def read(self) -> Counters:
-        """The counters now; raises SourceError when the engine cannot be read."""
+    async def read(self) -> CounterReading:
+        """The counters now; raises SourceError when the engine cannot be read.
+        Each reading describes a moment after the previous reading's."""
         ...
 
     def resolution_seconds(self, standing_still: bool = False) -> float:
@@ -121,6 +134,15 @@ class RenderPacer:
         return max(self.floor_seconds, statistics.median(self._recent) / self.budget)
 
 
+@dataclass(frozen=True)
+class FetchedBody:
+    """A /metrics body and when it was asked for and answered (the reader's clock)."""
+
+    text: str
+    asked_at: float
+    answered_at: float
+
+
 class MetricsBody:
     """The engine's /metrics body, shared by the tracker and Prometheus' scrapes."""
 
@@ -131,26 +153,32 @@ class MetricsBody:
         self.clock = clock
         #: Times each fetch (a simulated engine's render time in tests).
         self.timer = timer
-        self._body: str | None = None
-        self._fetched_at = float("-inf")
+        self._latest: FetchedBody | None = None
         #: Called with the seconds each fetch took.
         self.on_fetch: Callable[[float], None] | None = None
         self.fetches = 0
 
-    async def fresh(self) -> str:
-        started = self.timer()
-        body = await self._fetch()
+    async def fresh(self) -> FetchedBody:
+        asked_at, started = self.clock(), self.timer()
+        text = await self._fetch()
         took = self.timer() - started
         self.fetches += 1
-        self._body, self._fetched_at = body, self.clock()
+        fetched = FetchedBody(text, asked_at, self.clock())
+        # Of two fetches that overlap, the one answered last stays.
+        self._latest = fetched
         if self.on_fetch is not None:
             self.on_fetch(took)
-        return body
+        return fetched
 
-    async def recent(self, max_age_seconds: float = BODY_REUSE_SECONDS) -> str:
-        """A body fetched within max_age_seconds, or a fresh one."""
-        if self._body is not None and self.clock() - self._fetched_at < max_age_seconds:
-            return self._body
+    async def recent(self, max_age_seconds: float = BODY_REUSE_SECONDS,
+                     after: FetchedBody | None = None) -> FetchedBody:
+        """A body answered within max_age_seconds, or a fresh one; with `after`, only
+        a body other than it that was asked for once it was answered."""
+        latest = self._latest
+        if (latest is not None and self.clock() - latest.answered_at < max_age_seconds
+                and (after is None or (latest is not after
+                                       and latest.asked_at >= after.answered_at))):
+            return latest
         return await self.fresh()
 
 
@@ -161,19 +189,22 @@ class MetricsReader:
         self.body = body
         self.pacer = RenderPacer(floor_seconds)
         body.on_fetch = self.pacer.record
-        self._last_text: str | None = None
+        self._last: FetchedBody | None = None
         self._wanted = frozenset(prefix + family for family in _FAMILIES
                                  for prefix in PREFIXES)
 
-    async def read(self) -> Counters:
+    async def read(self) -> CounterReading:
         # A body a scrape fetched since the last poll serves as this poll: the engine
         # renders for the tracker or for Prometheus, not for both (their renders
-        # together stay within the budget). Never the same body twice: a reused body
-        # must not read as decode standing still.
-        text = await self.body.recent(self.pacer.interval_seconds())
-        if text is self._last_text:
-            text = await self.body.fresh()
-        self._last_text = text
+        # together stay within the budget). Only a body asked for after the last
+        # reading was answered: never the same body twice (it would read as decode
+        # standing still), and never one that describes an earlier moment.
+        fetched = self._last = await self.body.recent(self.pacer.interval_seconds(),
+                                                      after=self._last)
+        return CounterReading(self._counters(fetched.text), fetched.asked_at,
+                              fetched.answered_at)
+
+    def _counters(self, text: str) -> Counters:
         exposition = parse(text, self._wanted)
         if exposition.type_lines == 0:
             raise SourceError("/metrics: not a Prometheus exposition")
@@ -208,17 +239,21 @@ class MultiprocReader:
         prefix + (name[:-len("_count")] + "_bucket" if name.endswith("_count") else name)
         for prefix in PREFIXES for name in _FAMILY_OF)
 
-    def __init__(self, metrics_dir: str, interval_seconds: float) -> None:
+    def __init__(self, metrics_dir: str, interval_seconds: float,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self.how = f"SGLang's multiprocess files in {metrics_dir}"
         self.files = MultiprocDir(metrics_dir, self._SAMPLE_NAMES)
         self.interval_seconds = interval_seconds
+        self.clock = clock
 
-    async def read(self) -> Counters:
+    async def read(self) -> CounterReading:
+        asked_at = self.clock()
         try:
             found = self.files.read()
         except OSError as exc:
             raise SourceError(f"{self.files.path}: {exc.strerror or exc}") from exc
-        return counters_from(merge_files(found))
+        # The values are read one pread each, between these two times.
+        return CounterReading(counters_from(merge_files(found)), asked_at, self.clock())
 
     def resolution_seconds(self, standing_still: bool = False) -> float:
         return self.interval_seconds

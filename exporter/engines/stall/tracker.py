@@ -6,11 +6,12 @@ What counts as decode progress and as requests in flight is the plan's
 under way. Not stalls: progress that goes down (the engine restarted), an engine
 that does not answer (rig_source_up says that), and an engine with nothing in flight.
 
-A stall is known only between polls (docs/stall-tracker.md#honest-bounds). Its lower
-bound runs from the last poll that saw progress to the last poll that saw none; its
-upper bound from the poll before that progress to the poll that saw the stall over
-(decode moving, nothing in flight, or no answer). Both are exported; the alerts
-judge their midpoint.
+A stall is known only between polls (docs/stall-tracker.md#honest-bounds), and each
+poll's counters describe the engine at some moment between when they were asked for
+and when they were answered. Its lower bound runs from the answer that last saw
+progress to the ask of the last poll that saw none; its upper bound from the ask of
+the poll before that progress to the answer that saw the stall over (decode moving,
+nothing in flight, or no answer). Both are exported; the alerts judge their midpoint.
 """
 
 from __future__ import annotations
@@ -53,18 +54,23 @@ class StallState:
 
 
 class DecodeStallTracker:
-    """The stall state machine. It never reads a clock: every observation says when."""
+    """The stall state machine. It never reads a clock: every observation says when it
+    was asked for and answered, and readings come in the order of the moments they
+    describe (each asked for after the previous one was answered)."""
 
     def __init__(self, window_seconds: float = Thresholds.decode_stall_window_seconds,
                  history: int = 512, min_stall_seconds: float = MIN_STALL_SECONDS) -> None:
         self.window_seconds = window_seconds
         self.min_stall_seconds = min_stall_seconds
         self._counter: float | None = None  # None: no baseline (start, or after a gap)
-        # Decode last moved in (_moved_after, _moved_at]: the stall began in there.
+        # Decode last moved after the ask of one reading and by the answer of the next:
+        # the stall began in (_moved_after, _moved_at].
         self._moved_after = 0.0
         self._moved_at = 0.0
-        self._stalled_to: float | None = None  # the last poll of the stall under way
-        self._last_seen = 0.0
+        # The last reading of the stall under way, (asked, answered).
+        self._stalled_to: tuple[float, float] | None = None
+        self._last_asked = 0.0
+        self._last_answered = 0.0
         self._in_flight = False
         # Finished stalls as (ended at, lower, upper); bounded, a window rarely holds many.
         self._finished: deque[tuple[float, float, float]] = deque(maxlen=history)
@@ -72,32 +78,35 @@ class DecodeStallTracker:
 
     @property
     def standing_still(self) -> bool:
-        """The last poll saw requests in flight and no progress."""
-        return self._stalled_to is not None and self._stalled_to == self._last_seen
+        """The last reading saw requests in flight and no progress."""
+        return self._stalled_to is not None and self._stalled_to[1] == self._last_answered
 
-    def observe(self, now: float, progress: float, running: float) -> None:
-        """One successful poll: the decode-progress counter and the running requests."""
+    def observe(self, answered: float, progress: float, running: float,
+                asked: float | None = None) -> None:
+        """One successful reading: the decode-progress counter and the running requests,
+        asked for at `asked` (default: `answered`, an instant reading)."""
+        asked = answered if asked is None else asked
         counter, self._counter = self._counter, progress
         if counter is None or progress < counter or running <= 0:
             # A fresh baseline, a restart (counter reset) or an idle engine: not a stall,
             # and one measured from here on.
-            self._finish(now)
-            self._moved_after = self._moved_at = now
+            self._finish(answered)
+            self._moved_after, self._moved_at = asked, answered
         elif progress > counter or not self._in_flight:
-            # Decode moved since the last poll, or requests came in flight since it.
-            self._finish(now)
-            self._moved_after, self._moved_at = self._last_seen, now
+            # Decode moved since the last reading, or requests came in flight since it.
+            self._finish(answered)
+            self._moved_after, self._moved_at = self._last_asked, answered
         else:
-            self._stalled_to = now
+            self._stalled_to = (asked, answered)
         self._in_flight = running > 0
-        self._last_seen = now
+        self._last_asked, self._last_answered = asked, answered
 
     def observe_unreachable(self, now: float) -> None:
         """A failed poll: whatever was under way ends at the last poll that answered."""
         self._finish(now)
         self._counter = None
         self._in_flight = False
-        self._last_seen = now
+        self._last_asked = self._last_answered = now
 
     def recent(self, now: float) -> list[tuple[float, float, float]]:
         """The stalls that ended within the window: (ended at, lower, upper bound)."""
@@ -111,19 +120,21 @@ class DecodeStallTracker:
                           max([upper, *(high for _, high in recent)]), self.window_seconds)
 
     def _current(self, until: float | None = None) -> tuple[float, float]:
-        """The stall under way's bounds; `until`: the poll that ended it."""
+        """The stall under way's bounds; `until`: the answer that saw it over."""
         if self._stalled_to is None:
             return 0.0, 0.0
-        lower = self._stalled_to - self._moved_at
+        asked, answered = self._stalled_to
+        lower = asked - self._moved_at
         if lower < self.min_stall_seconds:
             return 0.0, 0.0
-        return lower, (self._stalled_to if until is None else until) - self._moved_after
+        return lower, (answered if until is None else until) - self._moved_after
 
     def _finish(self, ended_by: float) -> None:
-        """End the stall under way: `ended_by` is the poll that saw it over."""
+        """End the stall under way: `ended_by` is when the reading that saw it over
+        was answered."""
         lower, upper = self._current(ended_by)
         if lower > 0:
-            self._finished.append((self._last_seen, lower, upper))
+            self._finished.append((self._last_answered, lower, upper))
             self._finished_seconds += lower
         self._stalled_to = None
 
@@ -133,11 +144,11 @@ class StallPoller:
 
     The reader (multiprocess files or /metrics under a budget) is chosen once at
     start; the planner chooses the signals and may change them as evidence arrives.
-    This loop only asks, interprets and observes. An observation is stamped when its
-    answer arrives, since that is when the counters were read: stamping the ask
-    instead turned the time a poll waited on a hung engine into a false stall on
-    recovery (docs/stall-tracker.md#the-state-machine). While decode stands still the
-    reader is asked at its floor, so that the stall's end is known closely.
+    This loop only asks, interprets and observes. Each observation carries the times
+    its counters were asked for and answered, the reader's (a reused body's own), so
+    that the bounds hold however late an answer comes
+    (docs/stall-tracker.md#honest-bounds). While decode stands still the reader is
+    asked at its floor, so that the stall's end is known closely.
     """
 
     def __init__(self, reader: CounterReader, planner: Planner,
@@ -168,18 +179,18 @@ class StallPoller:
             # cancellation that lands as the read completes (CPython gh-86296;
             # docs/stall-tracker.md#stopping).
             async with asyncio.timeout(self.timeout_seconds):
-                counters = await self.reader.read()
+                reading = await self.reader.read()
         except (SourceError, TimeoutError):
             self.tracker.observe_unreachable(asked)
             return
-        now = self.clock()
-        if now - asked > self.timeout_seconds / 2:
-            # A slow answer is a body of unknown age within the wait: it may start a
-            # baseline but must not measure a stall.
-            self.tracker.observe_unreachable(asked)
-        progress = self.planner.progress(counters, now)
+        if reading.answered_at - reading.asked_at > self.timeout_seconds / 2:
+            # An engine that took most of the wait to answer is one that barely answers
+            # (rig_source_up's business): it may start a baseline but not measure a stall.
+            self.tracker.observe_unreachable(reading.asked_at)
+        progress = self.planner.progress(reading.counters, reading.answered_at)
         if progress is not None:
-            self.tracker.observe(now, progress.decode, progress.in_flight)
+            self.tracker.observe(reading.answered_at, progress.decode, progress.in_flight,
+                                 asked=reading.asked_at)
 
     async def run(self) -> None:
         next_poll = self.clock()
