@@ -7,11 +7,13 @@ controlling process loads without collecting."""
 from __future__ import annotations
 
 import shutil
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from tests.e2e import report as e2e_report
+from tests.support.cpu_load import busy_cores
 
 FIXTURES = Path(__file__).parent / "fixtures"
 SYSFS_FIXTURE = FIXTURES / "sys"
@@ -31,6 +33,32 @@ def card_device(root: Path, card: str) -> Path:
 
 def hwmon_dir(root: Path, card: str) -> Path:
     return next((card_device(root, card) / "hwmon").iterdir())
+
+
+#: The two loads a timing-sensitive test runs under: the default suite runs it quiet,
+#: the contention tier (`-m contention`, docs/testing.md) once more with every core busy.
+LOADS = ["quiet", pytest.param("busy", marks=pytest.mark.contention)]
+
+
+def _load(request: pytest.FixtureRequest) -> Iterator[str]:
+    if request.param == "busy":
+        with busy_cores():
+            yield request.param
+    else:
+        yield request.param
+
+
+@pytest.fixture(params=LOADS)
+def cpu_load(request: pytest.FixtureRequest) -> Iterator[str]:
+    """The test runs quiet, and in the contention tier with every core busy."""
+    yield from _load(request)
+
+
+@pytest.fixture(scope="module", params=LOADS)
+def module_cpu_load(request: pytest.FixtureRequest) -> Iterator[str]:
+    """As cpu_load, for a file whose tests share a stack: busy from its start to the
+    end of the file's last test."""
+    yield from _load(request)
 
 
 @pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups
