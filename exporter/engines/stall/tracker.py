@@ -184,9 +184,10 @@ class StallPoller:
             self.tracker.observe_unreachable(asked)
             return
         if reading.answered_at - reading.asked_at > self.timeout_seconds / 2:
-            # An engine that took most of the wait to answer is one that barely answers
-            # (rig_source_up's business): it may start a baseline but not measure a stall.
-            self.tracker.observe_unreachable(reading.asked_at)
+            # An engine that took most of the wait to answer says little about one
+            # moment: the reading is left out. Ending the stall under way there, as the
+            # tracker did, cut a true stall short on a busy machine.
+            return
         progress = self.planner.progress(reading.counters, reading.answered_at)
         if progress is not None:
             self.tracker.observe(reading.answered_at, progress.decode, progress.in_flight,
