@@ -13,7 +13,6 @@ from exporter.engines.stall.readers import MultiprocReader, TrackerBlind
 from tests.engines.release_timeline import SimClock
 from tests.support.sglang_release import ReleasePlayback
 
-
 #: The playback writes under made-up pids.
 PLAYBACK_PIDS_RUN = lambda pid: True  # noqa: E731
 
