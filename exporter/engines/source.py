@@ -32,7 +32,7 @@ from exporter.engines.stall.readers import (
     MetricsReader,
     MultiprocReader,
 )
-from exporter.engines.stall.tracker import StallPoller, StallState
+from exporter.engines.stall.tracker import StallPoller, StallState, TrackerStatus
 from exporter.process.log_limits import Conditions
 from exporter.snapshot import SourceError
 
@@ -57,6 +57,9 @@ class EngineReading:
     stall_resolution_seconds: float | None = None
     #: The signals it reads; None while it does not track.
     stall_plan: SignalPlan | None = None
+    #: Whether the stall tracker sees, and why not; None where none runs (turned
+    #: off, or an engine kind it does not read).
+    stall_tracker: TrackerStatus | None = None
 
 
 class EngineSource:
@@ -75,6 +78,9 @@ class EngineSource:
         # A body spoilt in a new way each scrape is one condition, told once an interval.
         self._conditions = Conditions(log, up="{subject}: fine again")
         self._stall_reader: CounterReader | None = None
+        #: Why the tracker does not poll yet (or ever), while it does not.
+        self._stall_waits = TrackerStatus(False, "no_plan",
+                                          "waiting for the engine's server info")
 
     async def start(self) -> None:
         # One session per engine, shared by scrapes, the stall tracker and the probe.
@@ -87,9 +93,18 @@ class EngineSource:
             headers={"Accept-Encoding": "identity"},
         )
         self._refresh_info_if_due()
-        if self.config.stall_tracker and self.config.kind == "sglang":
+        if self.tracks_stalls:
             self._stall_task = asyncio.create_task(self._track(),
                                                    name=f"stall tracker {self.config.name}")
+
+    @property
+    def tracks_stalls(self) -> bool:
+        return self.config.stall_tracker and self.config.kind == "sglang"
+
+    def stall_status(self) -> TrackerStatus | None:
+        if not self.tracks_stalls:
+            return None
+        return self.stall.status() if self.stall is not None else self._stall_waits
 
     async def close(self) -> None:
         for task in (self._stall_task, self._info_task):
@@ -117,6 +132,7 @@ class EngineSource:
         planner = Planner(self.config.name,
                           await engine_evidence(self.session, self.config.url, info))
         if planner.choice.final:
+            self._stall_waits = TrackerStatus(False, "no_plan", planner.choice.note)
             return
         interval = self.config.stall_poll_interval_seconds
         if self.config.metrics_dir:
@@ -166,7 +182,7 @@ class EngineSource:
         return EngineReading(
             self.config.kind, self.config.name, metrics, self._info, stall,
             tracking.resolution_seconds() if tracking is not None else None,
-            tracking.planner.plan if tracking is not None else None)
+            tracking.planner.plan if tracking is not None else None, self.stall_status())
 
     def _tp_size(self) -> int:
         try:

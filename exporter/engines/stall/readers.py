@@ -55,6 +55,7 @@ CAUSES = {
     "unreadable": "metrics_dir cannot be listed or read",
     "no_files": "metrics_dir holds no prometheus_client file",
     "no_live_process": "metrics_dir holds only files of processes that are not running",
+    "files_without_counters": "metrics_dir's files hold no num_running_reqs",
     "no_running_gauge": "the counters read hold no num_running_reqs",
 }
 
@@ -293,8 +294,14 @@ class MultiprocReader:
                                f"{len(self.files.names)} .db files of pids {', '.join(pids)}, "
                                "none of them running here: an engine that has stopped, or "
                                "one in another pid namespace")
+        counters = counters_from(merge_files(found))
+        if counters.running is None:
+            raise TrackerBlind("files_without_counters", f"metrics_dir {path} holds "
+                               f"{len(self.files.names)} .db files of pids {', '.join(pids)}, "
+                               "none with num_running_reqs: not SGLang's scheduler files, or "
+                               "a scheduler that has not written it yet (its first batch)")
         # The values are read one pread each, between these two times.
-        return CounterReading(counters_from(merge_files(found)), asked_at, answered_at)
+        return CounterReading(counters, asked_at, answered_at)
 
     def resolution_seconds(self, standing_still: bool = False) -> float:
         return self.interval_seconds
