@@ -86,8 +86,9 @@ def _stall_plan(c: Context, name: str) -> Check:
                     "info (engine_version)")
     kind = info.get("kind", "")
     config = c.engine(name)
-    if kind != "sglang":
-        return skip("stall_plan", name, f"{name}: the stall tracker reads SGLang only ({kind})")
+    if kind not in ("sglang", "vllm"):
+        return skip("stall_plan", name, f"{name}: the stall tracker reads SGLang and vLLM "
+                    f"only ({kind})")
     if config is not None and not config.stall_tracker:
         return skip("stall_plan", name, f"{name}: stall_tracker = false in the config")
     resolution = last.total("rig_engine_decode_stall_resolution_seconds", engine=name)

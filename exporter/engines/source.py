@@ -33,6 +33,7 @@ from exporter.engines.stall.readers import (
     MultiprocReader,
 )
 from exporter.engines.stall.tracker import StallPoller, StallState, TrackerStatus
+from exporter.engines.stall.vllm import ENGINE_STEPS, StepPlanner, VllmMetricsReader
 from exporter.process.log_limits import Conditions
 from exporter.snapshot import SourceError
 
@@ -99,7 +100,7 @@ class EngineSource:
 
     @property
     def tracks_stalls(self) -> bool:
-        return self.config.stall_tracker and self.config.kind == "sglang"
+        return self.config.stall_tracker and self.config.kind in ("sglang", "vllm")
 
     def stall_status(self) -> TrackerStatus | None:
         if not self.tracks_stalls:
@@ -129,6 +130,9 @@ class EngineSource:
                 await asyncio.sleep(INFO_RETRY_SECONDS / 10)
         assert self.session is not None
         info = self._info
+        if self.config.kind == "vllm":
+            await self._track_vllm(info)
+            return
         planner = Planner(self.config.name,
                           await engine_evidence(self.session, self.config.url, info))
         if planner.choice.final:
@@ -143,6 +147,16 @@ class EngineSource:
         self.stall = StallPoller(reader, planner, window_seconds=self.config.stall_window_seconds)
         log.info("engine %s: stall tracker on SGLang %s reads %s", self.config.name,
                  info.version, reader.how)
+        await self.stall.run()
+
+    async def _track_vllm(self, info: EngineInfo) -> None:
+        """vLLM: one plan, read from /metrics (docs/stall-tracker.md#vllm)."""
+        reader = VllmMetricsReader(self.body, self.config.stall_poll_interval_seconds)
+        self._stall_reader = reader
+        self.stall = StallPoller(reader, StepPlanner(self.config.name),
+                                 window_seconds=self.config.stall_window_seconds)
+        log.info("engine %s: stall tracker on vLLM %s reads %s (plan %s)", self.config.name,
+                 info.version, reader.how, ENGINE_STEPS.name)
         await self.stall.run()
 
     async def _get_metrics(self) -> str:

@@ -23,7 +23,7 @@ from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
-from exporter.engines.stall.planner import Planner
+from exporter.engines.stall.planner import SignalChooser
 from exporter.engines.stall.readers import CounterReader, TrackerBlind
 from exporter.process.log_limits import Conditions
 from exporter.snapshot import SourceError
@@ -161,7 +161,7 @@ class StallPoller:
     asked at its floor, so that the stall's end is known closely.
     """
 
-    def __init__(self, reader: CounterReader, planner: Planner,
+    def __init__(self, reader: CounterReader, planner: SignalChooser,
                  clock: Callable[[], float] = time.monotonic,
                  timeout_seconds: float = 2.0,
                  sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
