@@ -3,6 +3,7 @@
     rig_engine_info{engine="main",kind="sglang",version="0.5.23",model="Qwen3.8-27B-W4A16",...} 1.0
     rig_engine_running_requests{engine="main",kind="sglang"} 2.0
     rig_engine_cache_hit_tokens_total{engine="main",kind="sglang",tier="L2"} 29499.0
+    rig_engine_decode_stall_tracker_up{engine="main",kind="sglang",cause=""} 1.0
     rig_engine_decode_stall_seconds{engine="main",kind="sglang"} 0.0
     rig_probe_success{engine="main",kind="sglang"} 1.0
     rig_probe_token_gap_seconds_bucket{engine="main",kind="sglang",le="0.05"} 31.0
@@ -103,6 +104,14 @@ def _(reading: EngineReading) -> Iterator[Metric]:
             yield family
     if reading.slots is not None:
         yield from _slot_families(ids, reading.slots)
+    if reading.stall_tracker is not None:
+        status = reading.stall_tracker
+        up = gauge("engine_decode_stall_tracker_up",
+                   "1 while the stall tracker reads its counters; 0 while it cannot (the "
+                   "stall series are then absent), `cause` saying why and /api/health "
+                   "what it found.", [*ENGINE_LABELS, "cause"])
+        up.add_metric([*ids, status.cause], 1.0 if status.up else 0.0)
+        yield up
     if reading.stall is not None:
         yield from _stall_families(ids, reading.stall)
     if reading.stall_resolution_seconds is not None:

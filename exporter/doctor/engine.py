@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import math
-import os
 
 import aiohttp
 
@@ -21,11 +20,13 @@ from exporter.engines.fetch import get_text
 from exporter.engines.stall.multiproc_files import FileSample
 from exporter.engines.stall.plans import Counters
 from exporter.engines.stall.readers import (
+    CAUSES,
     MetricsBody,
     MetricsReader,
     MultiprocReader,
     counters_from,
     merge_files,
+    process_alive,
 )
 from exporter.schema import engine_source
 from exporter.snapshot import SourceError
@@ -89,9 +90,9 @@ def _stall_plan(c: Context, name: str) -> Check:
                     "info (engine_version)")
     kind = info.get("kind", "")
     config = c.engine(name)
-    if kind not in ("sglang", "llamacpp"):
-        return skip("stall_plan", name, f"{name}: the stall tracker reads SGLang and llama.cpp "
-                    f"only ({kind})")
+    if kind not in ("sglang", "vllm", "llamacpp"):
+        return skip("stall_plan", name, f"{name}: the stall tracker reads SGLang, vLLM and "
+                    f"llama.cpp only ({kind})")
     if config is not None and not config.stall_tracker:
         return skip("stall_plan", name, f"{name}: stall_tracker = false in the config")
     resolution = last.total("rig_engine_decode_stall_resolution_seconds", engine=name)
@@ -197,7 +198,29 @@ def _tap_bypass(c: Context, name: str) -> Check:
     return ok("tap_bypass", name, seen)
 
 
+#: The causes of rig_engine_decode_stall_tracker_up 0 that are metrics_dir's
+#: (exporter/engines/stall/readers.py CAUSES).
+METRICS_DIR_CAUSES = ("unreadable", "no_files", "no_live_process", "files_without_counters")
+
+
+def _blind_metrics_dir(c: Context, name: str) -> Check | None:
+    """The exporter's own word that its tracker reads nothing from metrics_dir."""
+    for sample in c.watch.last.all("rig_engine_decode_stall_tracker_up", engine=name):
+        cause = sample.labels.get("cause", "")
+        if sample.value == 0 and cause in METRICS_DIR_CAUSES:
+            return fail("metrics_dir", name, f"{name}: the exporter's stall tracker reads "
+                        f"nothing from its metrics_dir ({cause}: {CAUSES[cause]}), so "
+                        "rig_engine_decode_stall_* are absent (what it found: /api/health "
+                        "and the exporter's log)",
+                        "set metrics_dir to the PROMETHEUS_MULTIPROC_DIR in the engine's "
+                        "environment (tr '\\0' '\\n' < /proc/PID/environ), or remove it")
+    return None
+
+
 def _metrics_dir(c: Context, name: str) -> Check:
+    blind = _blind_metrics_dir(c, name)
+    if blind is not None:
+        return blind
     config = c.engine(name)
     if config is None:
         return skip("metrics_dir", name, f"{name}: metrics_dir not checked", NEEDS_CONFIG)
@@ -233,7 +256,7 @@ def _metrics_dir(c: Context, name: str) -> Check:
     finally:
         reader.close()
     pids = sorted({s.pid for s in after}, key=_pid_order)
-    live = [p for p in pids if _alive(p)]
+    live = [p for p in pids if process_alive(p)]
     files = f"{directory}: files of pids {', '.join(pids)}"
     if not live:
         return fail("metrics_dir", name, f"{name}: {files}, none of them running: the files "
@@ -273,18 +296,6 @@ def _disagreements(before: Counters, served: Counters, after: Counters) -> list[
             metrics = "absent" if value is None else f"{value:.0f}"
             out.append(f"{what} {files} in the files, {metrics}")
     return out
-
-
-def _alive(pid: str) -> bool:
-    try:
-        os.kill(int(pid), 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True  # another user's process
-    except (ValueError, OSError):
-        return False
-    return True
 
 
 def _pid_order(pid: str) -> tuple[int, str]:

@@ -18,7 +18,7 @@ from exporter.schema import ENGINE_SOURCE_PREFIX
 #: The families the checks read, by the name on their TYPE line.
 FAMILIES = frozenset({
     "rig_source_up", "rig_build_info",
-    "rig_engine_info", "rig_engine_decode_stall_plan_info",
+    "rig_engine_info", "rig_engine_decode_stall_plan_info", "rig_engine_decode_stall_tracker_up",
     "rig_engine_decode_stall_seconds", "rig_engine_decode_stall_max_seconds",
     "rig_engine_decode_stall_resolution_seconds", "rig_engine_decode_batches_total",
     "rig_engine_inter_token_latency_seconds", "rig_engine_time_to_first_token_seconds",

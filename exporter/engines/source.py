@@ -34,7 +34,8 @@ from exporter.engines.stall.readers import (
     MultiprocReader,
 )
 from exporter.engines.stall.slots import SlotsPlanner, SlotsReader
-from exporter.engines.stall.tracker import StallPoller, StallState
+from exporter.engines.stall.tracker import StallPoller, StallState, TrackerStatus
+from exporter.engines.stall.vllm import ENGINE_STEPS, StepPlanner, VllmMetricsReader
 from exporter.process.log_limits import Conditions
 from exporter.schema import engine_source
 from exporter.snapshot import SourceError
@@ -62,6 +63,9 @@ class EngineReading:
     stall_plan: SignalPlan | None = None
     #: llama.cpp's slots (/slots); None for other kinds or while /slots does not answer.
     slots: list[Slot] | None = None
+    #: Whether the stall tracker sees, and why not; None where none runs (turned
+    #: off, or an engine kind it does not read).
+    stall_tracker: TrackerStatus | None = None
 
 
 class EngineSource:
@@ -82,6 +86,9 @@ class EngineSource:
         self._stall_reader: CounterReader | SlotsReader | None = None
         # llama.cpp's /slots, shared by the stall tracker and the scrapes.
         self.slots_body = MetricsBody(self._get_slots) if config.kind == "llamacpp" else None
+        #: Why the tracker does not poll yet (or ever), while it does not.
+        self._stall_waits = TrackerStatus(False, "no_plan",
+                                          "waiting for the engine's server info")
 
     async def start(self) -> None:
         # One session per engine, shared by scrapes, the stall tracker and the probe.
@@ -94,10 +101,19 @@ class EngineSource:
             headers={"Accept-Encoding": "identity"},
         )
         self._refresh_info_if_due()
-        if self.config.stall_tracker and self.config.kind in ("sglang", "llamacpp"):
+        if self.tracks_stalls:
             track = self._track_slots if self.config.kind == "llamacpp" else self._track
             self._stall_task = asyncio.create_task(track(),
                                                    name=f"stall tracker {self.config.name}")
+
+    @property
+    def tracks_stalls(self) -> bool:
+        return self.config.stall_tracker and self.config.kind in ("sglang", "vllm", "llamacpp")
+
+    def stall_status(self) -> TrackerStatus | None:
+        if not self.tracks_stalls:
+            return None
+        return self.stall.status() if self.stall is not None else self._stall_waits
 
     async def close(self) -> None:
         for task in (self._stall_task, self._info_task):
@@ -122,9 +138,13 @@ class EngineSource:
                 await asyncio.sleep(INFO_RETRY_SECONDS / 10)
         assert self.session is not None
         info = self._info
+        if self.config.kind == "vllm":
+            await self._track_vllm(info)
+            return
         planner = Planner(self.config.name,
                           await engine_evidence(self.session, self.config.url, info))
         if planner.choice.final:
+            self._stall_waits = TrackerStatus(False, "no_plan", planner.choice.note)
             return
         interval = self.config.stall_poll_interval_seconds
         if self.config.metrics_dir:
@@ -166,6 +186,16 @@ class EngineSource:
         self._conditions.ok(subject)
         return slots
 
+    async def _track_vllm(self, info: EngineInfo) -> None:
+        """vLLM: one plan, read from /metrics (docs/stall-tracker.md#vllm)."""
+        reader = VllmMetricsReader(self.body, self.config.stall_poll_interval_seconds)
+        self._stall_reader = reader
+        self.stall = StallPoller(reader, StepPlanner(self.config.name),
+                                 window_seconds=self.config.stall_window_seconds)
+        log.info("engine %s: stall tracker on vLLM %s reads %s (plan %s)", self.config.name,
+                 info.version, reader.how, ENGINE_STEPS.name)
+        await self.stall.run()
+
     async def _get_metrics(self) -> str:
         if self.session is None:
             raise SourceError("engine source not started")
@@ -204,7 +234,7 @@ class EngineSource:
             self.config.kind, self.config.name, metrics, self._info, stall,
             tracking.resolution_seconds() if tracking is not None else None,
             tracking.planner.plan if tracking is not None else None,
-            await self._read_slots())
+            await self._read_slots(), self.stall_status())
 
     def _tp_size(self) -> int:
         try:

@@ -70,6 +70,13 @@ def _starvation(c: Context, labels: dict[str, str], reading: EngineReading) -> l
                        f"(stall tracker{bounds})")
         out.append(signal("decode_starvation", labels, "RigDecodeStarvation", stages,
                           longest >= limit, longest, limit, "s", reason, "stall"))
+    blind = reading.stall_tracker
+    if reading.stall is None and blind is not None and not blind.up:
+        # Not "no stall": the tracker cannot tell
+        # (docs/stall-tracker.md#when-the-tracker-cannot-see).
+        out.append(signal("decode_starvation", labels, "RigDecodeStarvation", stages, None,
+                          None, limit, "s", f"{name}: the stall tracker cannot see "
+                          f"({blind.cause}): {blind.reason}", "stall"))
     probe = c.view.probes.get(name)
     if probe is not None and probe.last is not None and probe.last.max_gap_seconds is not None:
         gap = probe.last.max_gap_seconds

@@ -150,7 +150,7 @@ def _wait_targets_up(monitoring: Monitoring, count: int, timeout: float = 60) ->
 
 
 @pytest.fixture(scope="module")
-def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Run]:
+def run(tmp_path_factory: pytest.TempPathFactory, module_cpu_load: str) -> Iterator[Run]:
     workdir: Path = tmp_path_factory.mktemp("e2e")
     with contextlib.ExitStack() as stack:
         loop = LoopThread()

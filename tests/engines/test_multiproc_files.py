@@ -9,20 +9,29 @@ import os
 import pytest
 
 from exporter.config import ConfigError, load_config
-from exporter.engines.stall.readers import MultiprocReader
+from exporter.engines.stall.readers import MultiprocReader, TrackerBlind
 from tests.engines.release_timeline import SimClock
 from tests.support.sglang_release import ReleasePlayback
+
+#: The playback writes under made-up pids.
+PLAYBACK_PIDS_RUN = lambda pid: True  # noqa: E731
 
 
 def read(reader: MultiprocReader):
     return asyncio.run(reader.read()).counters
 
 
+def blind_cause(reader: MultiprocReader) -> str:
+    with pytest.raises(TrackerBlind) as raised:
+        read(reader)
+    return raised.value.cause
+
+
 def test_files_appear_grow_vanish_and_are_replaced(tmp_path):
     clock = SimClock()
     directory = str(tmp_path)
-    reader = MultiprocReader(directory, 0.25)
-    assert read(reader).decode_passes is None  # nothing written yet
+    reader = MultiprocReader(directory, 0.25, alive=PLAYBACK_PIDS_RUN)
+    assert blind_cause(reader) == "no_files"  # nothing written yet: not an idle engine
     playback = ReleasePlayback("0.5.23", clock=clock, directory=directory)
     playback.start_requests(streaming=2)
     clock.advance(1.5)
@@ -43,7 +52,7 @@ def test_files_appear_grow_vanish_and_are_replaced(tmp_path):
     # An engine restart: the old files go, new ones start from zero.
     for name in os.listdir(directory):
         os.remove(os.path.join(directory, name))
-    assert read(reader).decode_passes is None
+    assert blind_cause(reader) == "no_files"
     restarted = ReleasePlayback("0.5.23", clock=clock, directory=directory)
     restarted._processes._pids = {k: v + 1000 for k, v in restarted._processes._pids.items()}
     restarted.start_requests(streaming=1)
@@ -60,7 +69,7 @@ def test_files_in_the_newest_tmp_subdirectory(tmp_path):
     clock = SimClock()
     playback = ReleasePlayback("0.5.10", clock=clock, directory=str(newest))
     playback.start_requests(streaming=2)
-    reader = MultiprocReader(str(tmp_path), 0.25)
+    reader = MultiprocReader(str(tmp_path), 0.25, alive=PLAYBACK_PIDS_RUN)
     assert read(reader).http_active == 2.0
     reader.close()
 

@@ -155,7 +155,7 @@ class TestTrackerRules:
         assert tracker.state(0.5).total_seconds == 0.0
 
 
-def test_real_time_pause_end_to_end():
+def test_real_time_pause_end_to_end(cpu_load):
     """Real clock, real background task, real exporter render: a 3 s pause."""
 
     async def scenario() -> str:

@@ -79,6 +79,8 @@ def test_without_metrics_dir_the_resolution_is_the_budget_s():
 def test_a_release_not_read_leaves_the_series_absent_with_one_log_line(caplog):
     with caplog.at_level(logging.WARNING, logger="exporter.engines.stall.planner"):
         values, renders = run_exporter("0.5.4", 1.5, files=False)
+    # The stall series are absent; the one that says the tracker is down is 0.
+    assert values.pop("rig_engine_decode_stall_tracker_up") == 0.0
     assert not any(name.startswith("rig_engine_decode_stall") for name in values)
     assert renders == 0
     lines = [r for r in caplog.records if "stall tracker" in r.getMessage()]

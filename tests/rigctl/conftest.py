@@ -3,20 +3,17 @@ server, and a way to run a command line in bash."""
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
-from pathlib import Path
 
 import pytest
 
 from exporter.process.launch import Process, free_port, wait_ready
 from tests.rigctl.canned import exporter_answering, hot_report
+from tests.support.checkout import ENV, REPO
 
-REPO = Path(__file__).resolve().parents[2]
-ENV = {**os.environ, "PYTHONPATH": str(REPO)}
 RIGCTL = f"{sys.executable} -m exporter.rigctl"
 RIG_EXPORTER = f"{sys.executable} -m exporter"
 

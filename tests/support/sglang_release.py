@@ -92,7 +92,10 @@ class _Processes:
     def __init__(self, directory: str, pids: dict[str, int] | None = None) -> None:
         self.directory = directory
         self._classes: dict[str, type] = {}
-        self._pids = pids or {"tokenizer": 101, "tp0": 102, "tp1": 103, "detokenizer": 104}
+        # The tokenizer's files carry this test's own pid: a running process, as the
+        # stall tracker asks of a metrics_dir (the other pids are made up).
+        self._pids = pids or {"tokenizer": os.getpid(), "tp0": 102, "tp1": 103,
+                              "detokenizer": 104}
 
     @contextlib.contextmanager
     def acting_as(self, process: str) -> Iterator[None]:

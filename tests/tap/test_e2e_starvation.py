@@ -126,7 +126,7 @@ def expected_annotations(value: float) -> dict[str, str]:
     return filled
 
 
-def test_starvation_through_the_tap_fires_in_promtool(tmp_path: Path):
+def test_starvation_through_the_tap_fires_in_promtool(tmp_path: Path, cpu_load: str):
     scrapes, scheduled_gap, felt_by_a, tap_gap = asyncio.run(play_starvation())
     # The scheduler's model puts A's pause at the owner's 47.23 s (within its 10 % fit);
     # the tap, timing real frames on the simulated clock, reports what agent A felt

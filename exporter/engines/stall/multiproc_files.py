@@ -103,6 +103,8 @@ class MultiprocDir:
         quoted = tuple(f'"{name}"' for name in sample_names)
         self._wanted = lambda key: any(q in key for q in quoted)
         self._files: dict[str, _DbFile] = {}
+        #: The .db files the last read found.
+        self.names: list[str] = []
 
     def close(self) -> None:
         for db in self._files.values():
@@ -112,6 +114,7 @@ class MultiprocDir:
     def read(self) -> list[FileSample]:
         """Every wanted value now on disk; raises OSError when the directory is gone."""
         directory, names = self._db_files()
+        self.names = names
         seen = set()
         found: list[FileSample] = []
         for name in names:

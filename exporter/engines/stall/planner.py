@@ -6,12 +6,25 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+from typing import Protocol
 
 from exporter.engines.stall.evidence import Evidence
-from exporter.engines.stall.plans import Counters, SignalPlan, choose
+from exporter.engines.stall.plans import Choice, Counters, SignalPlan, choose
 from exporter.engines.stall.progress import Progress, ProgressView
 
 log = logging.getLogger(__name__)
+
+
+class SignalChooser(Protocol):
+    """What the poller asks of a plan's keeper: SGLang's Planner, vLLM's StepPlanner."""
+
+    engine: str
+    choice: Choice
+
+    @property
+    def plan(self) -> SignalPlan | None: ...
+
+    def progress(self, counters: Counters, now: float) -> Progress | None: ...
 
 
 class Planner:

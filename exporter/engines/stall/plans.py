@@ -61,6 +61,10 @@ class Counters:
     finished: float | None = None
     #: gen_throughput: a new value at each decode log.
     gen_throughput: float | None = None
+    #: vLLM's generation_tokens_total: tokens generated, counted at each engine step.
+    generated_tokens: float | None = None
+    #: vLLM's time_to_first_token_seconds _count: requests that got a first token.
+    first_tokens: float | None = None
     #: The families of evidence.FAMILY_FLOORS and the above that have samples.
     families: frozenset[str] = frozenset()
 

@@ -14,6 +14,7 @@ the tracker's state machine does not know which one it has. Chosen once at start
 
 from __future__ import annotations
 
+import os
 import statistics
 import time
 from collections import defaultdict, deque
@@ -38,6 +39,28 @@ TRACKER_BUDGET = 0.018
 BODY_REUSE_SECONDS = 1.0
 
 
+class TrackerBlind(SourceError):
+    """The reader read, and found nothing to track from: the stall series must go
+    absent rather than read 0 (docs/stall-tracker.md#when-the-tracker-cannot-see).
+    `cause` is one of CAUSES, the label of rig_engine_decode_stall_tracker_up."""
+
+    def __init__(self, cause: str, message: str) -> None:
+        super().__init__(message)
+        self.cause = cause
+
+
+#: Why a tracker cannot see, as rig_engine_decode_stall_tracker_up's `cause` says it.
+CAUSES = {
+    "no_plan": "no signal plan can be trusted yet, or ever, for this engine",
+    "unreadable": "metrics_dir cannot be listed or read",
+    "no_files": "metrics_dir holds no prometheus_client file",
+    "no_live_process": "metrics_dir holds only files of processes that are not running",
+    "files_without_counters": "metrics_dir's files hold no num_running_reqs",
+    "no_running_gauge": "the counters read hold no num_running_reqs",
+    "no_slots": "llama-server's /slots gives no slots (started without --slots, or down)",
+}
+
+
 @dataclass(frozen=True)
 class CounterReading:
     """Counters, and when they were asked for and answered: they describe the engine
@@ -52,6 +75,8 @@ class CounterReading:
 class CounterReader(Protocol):
     #: How this reader reads, for the log line at start.
     how: str
+    #: Where it reads, for the line that says it cannot see.
+    where: str
 
     async def read(self) -> CounterReading:
         """The counters now; raises SourceError when the engine cannot be read.
@@ -184,6 +209,7 @@ class MetricsBody:
 
 class MetricsReader:
     how = "/metrics under a 2 % engine-render budget"
+    where = "the engine's /metrics"
 
     def __init__(self, body: MetricsBody, floor_seconds: float) -> None:
         self.body = body
@@ -240,26 +266,60 @@ class MultiprocReader:
         for prefix in PREFIXES for name in _FAMILY_OF)
 
     def __init__(self, metrics_dir: str, interval_seconds: float,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic,
+                 alive: Callable[[str], bool] | None = None) -> None:
         self.how = f"SGLang's multiprocess files in {metrics_dir}"
+        self.where = f"metrics_dir {metrics_dir}"
         self.files = MultiprocDir(metrics_dir, self._SAMPLE_NAMES)
         self.interval_seconds = interval_seconds
         self.clock = clock
+        #: Whether a file's pid runs (a test's playback writes under made-up pids).
+        self.alive = alive or process_alive
 
     async def read(self) -> CounterReading:
         asked_at = self.clock()
+        path = self.files.path
         try:
             found = self.files.read()
         except OSError as exc:
-            raise SourceError(f"{self.files.path}: {exc.strerror or exc}") from exc
+            raise TrackerBlind("unreadable", f"cannot read metrics_dir {path}: "
+                                             f"{exc.strerror or exc}") from exc
+        answered_at = self.clock()
+        if not self.files.names:
+            raise TrackerBlind("no_files", f"metrics_dir {path} holds no .db file, nor does "
+                               "a tmp* directory in it: SGLang writes where its "
+                               "PROMETHEUS_MULTIPROC_DIR points")
+        pids = sorted({name[:-3].rpartition("_")[2] for name in self.files.names})
+        if not any(self.alive(pid) for pid in pids):
+            raise TrackerBlind("no_live_process", f"metrics_dir {path} holds "
+                               f"{len(self.files.names)} .db files of pids {', '.join(pids)}, "
+                               "none of them running here: an engine that has stopped, or "
+                               "one in another pid namespace")
+        counters = counters_from(merge_files(found))
+        if counters.running is None:
+            raise TrackerBlind("files_without_counters", f"metrics_dir {path} holds "
+                               f"{len(self.files.names)} .db files of pids {', '.join(pids)}, "
+                               "none with num_running_reqs: not SGLang's scheduler files, or "
+                               "a scheduler that has not written it yet (its first batch)")
         # The values are read one pread each, between these two times.
-        return CounterReading(counters_from(merge_files(found)), asked_at, self.clock())
+        return CounterReading(counters, asked_at, answered_at)
 
     def resolution_seconds(self, standing_still: bool = False) -> float:
         return self.interval_seconds
 
     def close(self) -> None:
         self.files.close()
+
+
+def process_alive(pid: str) -> bool:
+    """The pid runs in this pid namespace."""
+    try:
+        os.kill(int(pid), 0)
+    except PermissionError:
+        return True  # another user's process
+    except (ValueError, OSError):
+        return False
+    return True
 
 
 def merge_files(found: Iterable[FileSample]) -> dict[str, list[Sample]]:

@@ -27,7 +27,8 @@ from dataclasses import dataclass
 from exporter.engines.slots import Slot, parse_slots
 from exporter.engines.stall.plans import Choice, SignalPlan
 from exporter.engines.stall.progress import Progress
-from exporter.engines.stall.readers import MetricsBody
+from exporter.engines.stall.readers import MetricsBody, TrackerBlind
+from exporter.snapshot import SourceError
 
 SLOTS_PLAN = SignalPlan("llamacpp_slots", "slot_n_decoded", "slots_decoding")
 
@@ -48,14 +49,21 @@ class SlotsReader:
     reset the server's throughput gauges under other scrapers' feet)."""
 
     how = "/slots (per-slot n_decoded)"
+    where = "the engine's /slots"
 
     def __init__(self, body: MetricsBody, interval_seconds: float) -> None:
         self.body = body
         self.interval_seconds = interval_seconds
 
     async def read(self) -> SlotsReading:
-        fetched = await self.body.fresh()
-        return SlotsReading(parse_slots(fetched.text), fetched.asked_at, fetched.answered_at)
+        try:
+            fetched = await self.body.fresh()
+            slots = parse_slots(fetched.text)
+        except SourceError as exc:
+            # No slots to read (501 without --slots, garbage, the server gone): the
+            # tracker is blind and says so, its stall series absent.
+            raise TrackerBlind("no_slots", f"{self.where}: {exc}") from exc
+        return SlotsReading(slots, fetched.asked_at, fetched.answered_at)
 
     def resolution_seconds(self, standing_still: bool = False) -> float:
         return self.interval_seconds

@@ -23,13 +23,24 @@ from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
-from exporter.engines.stall.planner import Planner
-from exporter.engines.stall.readers import CounterReader
+from exporter.engines.stall.planner import SignalChooser
+from exporter.engines.stall.plans import Counters
+from exporter.engines.stall.readers import CounterReader, TrackerBlind
 from exporter.process.log_limits import Conditions
 from exporter.snapshot import SourceError
 from exporter.thresholds import MIN_STALL_SECONDS, Thresholds
 
 log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class TrackerStatus:
+    """Whether the tracker sees; when not, why (a `readers.CAUSES` key and a sentence
+    naming where it looked and what it found)."""
+
+    up: bool
+    cause: str = ""
+    reason: str = ""
 
 
 @dataclass(frozen=True)
@@ -147,7 +158,7 @@ class StallPoller:
     asked at its floor, so that the stall's end is known closely.
     """
 
-    def __init__(self, reader: CounterReader, planner: Planner,
+    def __init__(self, reader: CounterReader, planner: SignalChooser,
                  clock: Callable[[], float] = time.monotonic,
                  timeout_seconds: float = 2.0,
                  sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
@@ -160,10 +171,25 @@ class StallPoller:
         self.timeout_seconds = timeout_seconds
         self.tracker = DecodeStallTracker(window_seconds)
         self._conditions = Conditions(log, level=logging.ERROR)
+        self._blindness = Conditions(
+            log, down="{subject} cannot see: {message}; rig_engine_decode_stall_* stay "
+                      "absent", up="{subject} sees again")
+        self._subject = f"engine {planner.engine}: the stall tracker"
+        self.blind: TrackerBlind | None = None
+
+    def status(self) -> TrackerStatus:
+        if self.blind is not None:
+            return TrackerStatus(False, self.blind.cause, str(self.blind))
+        if self.planner.plan is None:
+            return TrackerStatus(False, "no_plan", self.planner.choice.note)
+        return TrackerStatus(True)
 
     def state(self) -> StallState | None:
-        """None while no plan can be trusted: the stall series stay absent."""
-        return None if self.planner.plan is None else self.tracker.state(self.clock())
+        """None while it cannot see or no plan can be trusted: the stall series stay
+        absent, never an invented 0 (docs/stall-tracker.md#when-the-tracker-cannot-see)."""
+        if not self.status().up:
+            return None
+        return self.tracker.state(self.clock())
 
     def resolution_seconds(self) -> float:
         return self.reader.resolution_seconds(self.tracker.standing_still)
@@ -176,9 +202,18 @@ class StallPoller:
             # docs/stall-tracker.md#stopping).
             async with asyncio.timeout(self.timeout_seconds):
                 reading = await self.reader.read()
+            if isinstance(reading.counters, Counters) and reading.counters.running is None:
+                raise TrackerBlind("no_running_gauge", f"{self.reader.where} holds no "
+                                   "num_running_reqs (SGLang writes it at its first batch, "
+                                   "or within 30 s when idle)")
+        except TrackerBlind as exc:
+            self._see(exc)
+            self.tracker.observe_unreachable(asked)
+            return
         except (SourceError, TimeoutError):
             self.tracker.observe_unreachable(asked)
             return
+        self._see(None)
         if reading.answered_at - reading.asked_at > self.timeout_seconds / 2:
             # An engine that took most of the wait to answer says little about one
             # moment: the reading is left out. Ending the stall under way there, as the
@@ -188,6 +223,14 @@ class StallPoller:
         if progress is not None:
             self.tracker.observe(reading.answered_at, progress.decode, progress.in_flight,
                                  asked=reading.asked_at)
+
+    def _see(self, blind: TrackerBlind | None) -> None:
+        """Log each change of sight once: the cause and what the reader found."""
+        self.blind = blind
+        if blind is None:
+            self._blindness.ok(self._subject)
+        else:
+            self._blindness.failed(self._subject, str(blind), kind=blind.cause)
 
     async def run(self) -> None:
         next_poll = self.clock()

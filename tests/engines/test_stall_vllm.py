@@ -1,0 +1,119 @@
+"""The stall tracker on vLLM (docs/stall-tracker.md#vllm): its counters from a real
+vLLM body, and a stand-in whose values move only when an engine step ends, played
+on a simulated clock through the real poller with answers late at random."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from pathlib import Path
+
+import pytest
+
+from exporter.engines.stall.readers import MetricsBody
+from exporter.engines.stall.tracker import StallPoller
+from exporter.engines.stall.vllm import ENGINE_STEPS, StepPlanner, VllmMetricsReader
+
+FIXTURE = Path(__file__).parents[1] / "fixtures" / "engine" / "vllm-0.33.0-metrics.txt"
+STEP = 0.03  # a decode step of the stand-in
+
+
+def test_counters_from_a_real_vllm_body():
+    async def fetch() -> str:
+        return FIXTURE.read_text()
+
+    reading = asyncio.run(VllmMetricsReader(MetricsBody(fetch), 0.25).read())
+    c = reading.counters
+    assert (c.generated_tokens, c.running, c.first_tokens) == (3508.0, 2.0, 6.0)
+    assert c.finished == 4.0  # stop 3 + length 1, summed over finished_reason
+    progress = StepPlanner("main").progress(c, 0.0)
+    assert (progress.decode, progress.in_flight) == (3508.0, 2.0)
+
+
+class SteppingVllm:
+    """vLLM's /metrics as its engine steps write it: a value moves only when a step
+    ends. `decoding` requests get a token per step; `long_step(at, seconds)` is one
+    step (a prefill with chunked prefill off) that holds every value still."""
+
+    def __init__(self, decoding: int, prefilling: int = 0) -> None:
+        self.decoding, self.prefilling = decoding, prefilling
+        self.long_steps: list[tuple[float, float]] = []
+        self.first_tokens = float(decoding)
+
+    def tokens_by(self, t: float) -> float:
+        """Tokens written by the steps that ended by `t`."""
+        steps, at = 0, 0.0
+        for start, length in sorted(self.long_steps):
+            if t < start:
+                break
+            steps += int((start - at) / STEP)
+            at = start + length
+            if t < at:
+                return steps * self.decoding
+        steps += int((t - at) / STEP)
+        return steps * self.decoding
+
+    def body(self, t: float) -> str:
+        return (
+            "# TYPE vllm:num_requests_running gauge\n"
+            f'vllm:num_requests_running{{engine="0"}} {self.decoding + self.prefilling}\n'
+            "# TYPE vllm:generation_tokens_total counter\n"
+            f'vllm:generation_tokens_total{{engine="0"}} {self.tokens_by(t)}\n'
+            "# TYPE vllm:time_to_first_token_seconds histogram\n"
+            f'vllm:time_to_first_token_seconds_count{{engine="0"}} {self.first_tokens}\n'
+            "# TYPE vllm:request_success_total counter\n"
+            f'vllm:request_success_total{{engine="0",finished_reason="stop"}} 0.0\n')
+
+
+def play(engine: SteppingVllm, seconds: float, max_delay: float, seed: int):
+    """Poll through the real poller; each answer late by up to `max_delay`, rendered
+    at a moment between ask and answer. Returns the stalls that ended."""
+    rng = random.Random(seed)
+    clock = [1000.0]
+    start = clock[0]
+
+    async def fetch() -> str:
+        delay = rng.uniform(0.0, max_delay)
+        moment = clock[0] + rng.uniform(0.0, delay)
+        clock[0] += delay
+        return engine.body(moment - start)
+
+    async def scenario():
+        now = lambda: clock[0]  # noqa: E731
+        reader = VllmMetricsReader(MetricsBody(fetch, clock=now, timer=now), 0.25)
+        poller = StallPoller(reader, StepPlanner("main"), clock=now, timeout_seconds=30.0)
+        while clock[0] - start < seconds:
+            await poller.poll_once()
+            clock[0] += poller.resolution_seconds()
+        assert poller.status().up and poller.planner.plan == ENGINE_STEPS
+        return poller.tracker.recent(clock[0])
+
+    return asyncio.run(scenario())
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_a_long_step_is_a_stall_within_its_bounds(seed):
+    """Chunked prefill off: a 4.4 s prefill step freezes every value, and the request
+    decoding beside it gets no token: the gap its client measures lies in the bracket."""
+    engine = SteppingVllm(decoding=1)
+    engine.long_steps.append((5.0, 4.4))
+    # Answers late by up to 20 ms: the render budget then spaces polls up to 1.1 s
+    # apart while decoding, and 0.25 s while it stands still.
+    stalls = play(engine, 15.0, max_delay=0.02, seed=seed)
+    ((_, lower, upper),) = stalls
+    # The client's gap: the last token before the step to the first after it.
+    gap = 4.4 + STEP
+    assert lower <= gap <= upper
+    assert upper - lower <= 1.1 + 0.25 + 2 * 0.02
+
+
+def test_a_lone_prefill_is_not_a_stall():
+    """A request in chunked prefill is running with no first token: nothing decodes,
+    so nothing stands still, however long it takes."""
+    engine = SteppingVllm(decoding=0, prefilling=1)
+    engine.first_tokens = 0.0
+    assert play(engine, 15.0, max_delay=0.02, seed=1) == []
+
+
+def test_idle_is_not_a_stall():
+    assert play(SteppingVllm(decoding=0), 10.0, max_delay=0.02, seed=2) == []
