@@ -1,4 +1,8 @@
-"""The stream probe `probe/<name>`: one short streaming /generate, timed frame by frame.
+"""The stream probe `probe/<name>`: one short streaming generation, timed frame by frame.
+
+SGLang gets its native `/generate`; any other engine `/v1/completions`
+(`exporter/engines/generation.py`). The gaps and the TTFT run between frames;
+the token count is whatever the stream gives (`tokens_from`).
 
 It is what a client sees (docs/metrics.md#stream-probe): the time to the first token, every gap
 between frames that carry tokens, the longest gap and the decode rate, timed by
@@ -22,10 +26,11 @@ from dataclasses import dataclass
 import aiohttp
 
 from exporter.config import EngineConfig
+from exporter.engines.generation import generation_request
 from exporter.engines.source import EngineSource
 from exporter.process.log_limits import Conditions
 from exporter.snapshot import SourceError
-from exporter.streams import Histogram, StreamMeter
+from exporter.streams import Histogram, StreamMeter, TokensFrom
 
 log = logging.getLogger(__name__)
 
@@ -43,8 +48,12 @@ class ProbeResult:
     ttft_seconds: float | None
     gaps_seconds: tuple[float, ...]
     max_gap_seconds: float | None
-    tokens: int
+    #: As the stream counted them; None where it never did (see tokens_from).
+    tokens: int | None
     decode_tokens_per_second: float | None
+    #: Frames that carried tokens.
+    frames: int = 0
+    tokens_from: TokensFrom = "continuous_usage"
 
 
 @dataclass(frozen=True)
@@ -64,9 +73,11 @@ def probe_prompt(configured: str) -> str:
 
 class StreamProbe:
     def __init__(self, session: Callable[[], aiohttp.ClientSession | None], config: EngineConfig,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic, api: str | None = None) -> None:
         self._session = session
         self.config = config
+        #: SGLang's native API on SGLang, OpenAI's on any other engine.
+        self.api = api or ("sglang" if config.kind == "sglang" else "openai")
         self.clock = clock
         self.gaps = Histogram()
         self.last: ProbeResult | None = None
@@ -108,13 +119,13 @@ class StreamProbe:
         except (aiohttp.ClientError, SourceError) as exc:
             return _result(meter, False, f"{type(exc).__name__}: {exc}", None)
         if meter.unrecognised:
-            return _result(meter, False, f"frame without meta_info: "
+            return _result(meter, False, f"frame of no known shape: "
                                          f"{meter.first_unrecognised!r}", None)
         if meter.error is not None:
             return _result(meter, False, f"error frame: {meter.error}", None)
         if not meter.done:
             return _result(meter, False, "stream ended without [DONE]", None)
-        if not meter.timer.tokens:
+        if not meter.timer.frames:
             return _result(meter, False, "stream ended with no tokens", None)
         return _result(meter, True, "", None)
 
@@ -122,13 +133,9 @@ class StreamProbe:
         session = self._session()
         if session is None:
             raise SourceError("engine session not started")
-        body = {
-            "text": probe_prompt(self.config.probe_prompt),
-            "sampling_params": {"max_new_tokens": self.config.probe_max_new_tokens,
-                                "ignore_eos": True, "temperature": 0},
-            "stream": True,
-        }
-        async with session.post(self.config.url + "/generate", json=body) as response:
+        path, body = generation_request(self.api, probe_prompt(self.config.probe_prompt),
+                                        self.config.probe_max_new_tokens)
+        async with session.post(self.config.url + path, json=body) as response:
             if response.status != 200:
                 head = (await response.content.read(200)).decode("utf-8", "replace")
                 raise SourceError(f"HTTP {response.status} {head!r}")
@@ -148,8 +155,10 @@ def _result(meter: StreamMeter, success: bool, reason: str,
         ttft_seconds=timing.ttft_seconds,
         gaps_seconds=timing.gaps_seconds,
         max_gap_seconds=timing.max_gap_seconds,
-        tokens=timing.tokens or 0,  # native frames always count them
+        tokens=timing.tokens,
         decode_tokens_per_second=timing.decode_tokens_per_second,
+        frames=timing.frames,
+        tokens_from=timing.tokens_from,
     )
 
 

@@ -1,8 +1,9 @@
 """`rigctl probe`: one stream probe now, with the exporter's own probe code.
 
-It sends one short streaming /generate to an SGLang server and prints the time
-to the first token, every gap between token-bearing frames, the longest gap
-and the decode rate. The longest gap is judged against the decode starvation
+It sends one short streaming generation (SGLang's /generate, or /v1/completions
+on vLLM, llama.cpp and any OpenAI-compatible server) and prints the time to the
+first token, every gap between token-bearing frames, the longest gap, the decode
+rate and what the token count came from. The longest gap is judged against the decode starvation
 threshold (decode_stall_critical_seconds, 10 s unless --config's [thresholds]
 says otherwise), the one RigDecodeStarvation and `rigctl health` use.
 """
@@ -17,7 +18,9 @@ from typing import TextIO
 import aiohttp
 
 from exporter.config import EngineConfig
+from exporter.engines.generation import APIS
 from exporter.engines.probe import ProbeResult, StreamProbe
+from exporter.experiments.engine import EngineRefused, engine_facts
 from exporter.rigctl.common import (
     EXIT_CRITICAL,
     EXIT_ENDINGS,
@@ -34,9 +37,11 @@ DEFAULTS = EngineConfig(name="probe", url="http://127.0.0.1:30000")
 EXAMPLES = f"""examples:
   rigctl probe --engine http://127.0.0.1:30000
   rigctl probe --engine http://127.0.0.1:30000 --max-new-tokens 256 --config rig.toml
+  rigctl probe --engine http://127.0.0.1:8080 --api openai
 
 The probe's prompt sits behind a unique prefix, so it neither rides nor fills
-the radix cache, and it asks for --max-new-tokens tokens with ignore_eos.
+the radix cache, and it asks for --max-new-tokens tokens with ignore_eos. Without
+--api, the engine's kind is read from what it serves (as rigctl bench does).
 
 exit status:
   0  ok: the stream finished and its longest gap stayed below the threshold
@@ -51,7 +56,10 @@ def add_parser(commands: argparse._SubParsersAction) -> argparse.ArgumentParser:
         "probe", help="send one streaming request to an engine now and time every token gap",
         description=__doc__.split("\n\n")[1], epilog=EXAMPLES, formatter_class=help_formatter)
     probe.add_argument("--engine", required=True, metavar="URL", type=http_url,
-                       help="the SGLang server, e.g. http://127.0.0.1:30000")
+                       help="the engine, e.g. http://127.0.0.1:30000")
+    probe.add_argument("--api", choices=APIS,
+                       help="sglang: /generate; openai: /v1/completions (default: sglang "
+                            "on SGLang, openai on any other engine)")
     probe.add_argument("--max-new-tokens", type=positive(int), metavar="N",
                        default=DEFAULTS.probe_max_new_tokens,
                        help="tokens to generate (default %(default)s; more tokens, more gaps "
@@ -66,11 +74,17 @@ def add_parser(commands: argparse._SubParsersAction) -> argparse.ArgumentParser:
     return probe
 
 
-async def probe_once(url: str, max_new_tokens: int, timeout: float, prompt: str) -> ProbeResult:
+async def probe_once(url: str, max_new_tokens: int, timeout: float, prompt: str,
+                     api: str | None = None) -> ProbeResult:
     engine = EngineConfig(name=url, url=url, probe_max_new_tokens=max_new_tokens,
                           probe_timeout_seconds=timeout, probe_prompt=prompt)
     async with aiohttp.ClientSession() as session:
-        return await StreamProbe(lambda: session, engine).probe_once()
+        if api is None:
+            try:
+                api = (await engine_facts(session, url)).api()
+            except EngineRefused as exc:
+                return ProbeResult(False, str(exc), None, (), None, None, None)
+        return await StreamProbe(lambda: session, engine, api=api).probe_once()
 
 
 def print_probe(url: str, result: ProbeResult, out: TextIO,
@@ -82,7 +96,8 @@ def print_probe(url: str, result: ProbeResult, out: TextIO,
     print(f"probe {url}: {verdict}", file=out)
     if result.ttft_seconds is not None:
         print(f"  time to first token  {result.ttft_seconds:8.3f} s", file=out)
-    print(f"  tokens               {result.tokens:8d}", file=out)
+    tokens = "-" if result.tokens is None else str(result.tokens)
+    print(f"  tokens               {tokens:>8}", file=out)
     if result.gaps_seconds:
         gaps = " ".join(f"{gap:.3f}" for gap in result.gaps_seconds)
         print(f"  gaps (s)             {gaps}", file=out)
@@ -90,6 +105,10 @@ def print_probe(url: str, result: ProbeResult, out: TextIO,
         print(f"  longest gap          {result.max_gap_seconds:8.3f} s", file=out)
     if result.decode_tokens_per_second is not None:
         print(f"  decode               {result.decode_tokens_per_second:8.1f} tokens/s", file=out)
+    if result.frames:
+        print(f"  token frames         {result.frames:8d}", file=out)
+        # Where the count came from (docs/rigctl.md#where-the-token-counts-come-from).
+        print(f"  tokens from          {result.tokens_from}", file=out)
 
 
 def starved(result: ProbeResult, starvation_seconds: float | None) -> bool:
@@ -104,6 +123,7 @@ def run(args: argparse.Namespace, out: TextIO) -> int:
         print(f"rigctl probe: --config: {exc}", file=sys.stderr)
         return EXIT_UNKNOWN
     limit = thresholds.decode_stall_critical_seconds
-    result = asyncio.run(probe_once(args.engine, args.max_new_tokens, args.timeout, args.prompt))
+    result = asyncio.run(probe_once(args.engine, args.max_new_tokens, args.timeout, args.prompt,
+                                    args.api))
     print_probe(args.engine, result, out, limit)
     return EXIT_OK if result.success and not starved(result, limit) else EXIT_CRITICAL
