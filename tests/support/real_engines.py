@@ -1,0 +1,155 @@
+"""The real engines of the real-engine tier (docs/testing.md#the-real-engine-tier):
+vLLM for the CPU and llama.cpp's llama-server, each serving a tiny random model made
+on the spot, on a free loopback port, in its own process group, always stopped.
+
+`tests/real_engines/install.sh` (or `./setup.sh --real-engines`) installs both under
+the cache directory; a missing one fails the test that needs it with that command.
+The models are made once per version of tests/real_engines/tiny_models.py and kept
+in the cache too.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import os
+import shutil
+import subprocess
+import tempfile
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from exporter.process.launch import Process, free_port, wait_ready
+
+CACHE = Path(os.environ.get("RIG_TELEMETRY_CACHE", Path.home() / ".cache" / "rig-telemetry"))
+VLLM_VENV = CACHE / "vllm-venv"
+LLAMA_SERVER = CACHE / "bin" / "llama-server"
+MODEL_MAKER = Path(__file__).resolve().parents[1] / "real_engines" / "tiny_models.py"
+INSTALL_HINT = "run ./setup.sh --real-engines (tests/real_engines/install.sh)"
+#: The name both engines serve their model under.
+MODEL = "tiny"
+CONTEXT_TOKENS = 32_768
+
+#: vLLM's flags unless a test says otherwise: the cached prompt tokens are reported
+#: only with --enable-prompt-tokens-details (vllm/entrypoints/openai/cli_args.py).
+VLLM_FLAGS: tuple[str, ...] = ("--max-model-len", str(CONTEXT_TOKENS),
+                               "--enable-prompt-tokens-details")
+#: llama-server's: one context shared by 4 slots (-kvu, else each slot gets a quarter
+#: and a 16k prompt is refused), the /metrics and /slots routes, and one thread, since
+#: the tests share 2 cores (with -t 2 and a busy neighbour, decode fell to 0.8 tok/s).
+LLAMA_FLAGS: tuple[str, ...] = ("-c", str(CONTEXT_TOKENS), "-np", "4", "-kvu", "-t", "1",
+                                "--metrics", "--slots", "--no-webui")
+#: vLLM is ready in 41-73 s on 2 quiet cores (a third of it compiling); give it room.
+VLLM_START_SECONDS = 400.0
+LLAMA_START_SECONDS = 60.0
+
+
+class NotInstalled(RuntimeError):
+    """A real engine the tier needs is not in the cache."""
+
+
+@dataclass(frozen=True)
+class RealEngine:
+    """A running real engine: its base URL (no /v1), its kind and its flags."""
+
+    kind: str  # vllm | llamacpp
+    url: str
+    flags: tuple[str, ...]
+    process: Process
+
+    @property
+    def address(self) -> str:
+        return self.url.removeprefix("http://")
+
+
+def vllm_python() -> Path:
+    python = VLLM_VENV / "bin" / "python"
+    if not python.exists():
+        raise NotInstalled(f"vLLM is not installed in {VLLM_VENV}: {INSTALL_HINT}")
+    return python
+
+
+def llama_server_binary() -> Path:
+    if not LLAMA_SERVER.exists():
+        raise NotInstalled(f"llama-server is not built at {LLAMA_SERVER}: {INSTALL_HINT}")
+    return LLAMA_SERVER
+
+
+def tiny_model(kind: str) -> Path:
+    """The tiny model for `kind` ("vllm": a directory; "gguf": a file), made by the
+    engines' venv the first time, then reused while tiny_models.py is unchanged. A lock
+    keeps two test processes from making it at once."""
+    version = hashlib.sha256(MODEL_MAKER.read_bytes()).hexdigest()[:12]
+    models = CACHE / "models"
+    models.mkdir(parents=True, exist_ok=True)
+    target = models / (f"tiny-{version}.gguf" if kind == "gguf" else f"tiny-vllm-{version}")
+    with open(models / ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not target.exists():
+            with tempfile.TemporaryDirectory(dir=models) as scratch:
+                made = Path(scratch) / target.name
+                subprocess.run([str(vllm_python()), str(MODEL_MAKER), kind, str(made)],
+                               check=True, env=_engine_env(), capture_output=True, timeout=300)
+                made.rename(target)
+    return target
+
+
+def _engine_env() -> dict[str, str]:
+    """Nothing from a hub (there is none here), and vLLM's compile cache and scratch
+    files under the cache rather than ~/.cache/vllm and /tmp."""
+    tmp = CACHE / "tmp"
+    tmp.mkdir(parents=True, exist_ok=True)
+    return {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
+            "VLLM_CACHE_ROOT": str(CACHE / "vllm-cache"), "TMPDIR": str(tmp),
+            # The KV cache, in GiB: 2 holds 524,288 tokens of the tiny model.
+            "VLLM_CPU_KVCACHE_SPACE": "2", "VLLM_NO_USAGE_STATS": "1",
+            "DO_NOT_TRACK": "1"}
+
+
+def _env_argv(env: dict[str, str]) -> list[str]:
+    """`env K=V ... `: Process inherits this process's environment, so the engine's
+    own variables go on its command line."""
+    changed = [f"{k}={v}" for k, v in env.items() if os.environ.get(k) != v]
+    return [shutil.which("env") or "/usr/bin/env", *changed]
+
+
+@contextlib.contextmanager
+def vllm_server(flags: Sequence[str] = (), log_dir: Path | None = None) -> Iterator[RealEngine]:
+    """`vllm serve` on the tiny model with VLLM_FLAGS then `flags` (a later flag wins),
+    until /v1/models answers."""
+    vllm = vllm_python().parent / "vllm"
+    model = tiny_model("vllm")
+    port = free_port()
+    every = (*VLLM_FLAGS, *flags)
+    argv = [*_env_argv(_engine_env()), str(vllm), "serve", str(model), "--host", "127.0.0.1",
+            "--port", str(port), "--served-model-name", MODEL, *every]
+    with _started("vllm", argv, log_dir, port, every, "/v1/models",
+                  VLLM_START_SECONDS) as engine:
+        yield engine
+
+
+@contextlib.contextmanager
+def llama_server(flags: Sequence[str] = (), log_dir: Path | None = None) -> Iterator[RealEngine]:
+    """`llama-server` on the tiny GGUF with LLAMA_FLAGS then `flags` (a later flag
+    wins, so `("-b", "512")` or `("-t", "2")` vary a run), until /health answers."""
+    binary = llama_server_binary()
+    model = tiny_model("gguf")
+    port = free_port()
+    every = (*LLAMA_FLAGS, *flags)
+    argv = [str(binary), "-m", str(model), "--host", "127.0.0.1", "--port", str(port),
+            "-a", MODEL, *every]
+    with _started("llamacpp", argv, log_dir, port, every, "/health",
+                  LLAMA_START_SECONDS) as engine:
+        yield engine
+
+
+@contextlib.contextmanager
+def _started(kind: str, argv: list[str], log_dir: Path | None, port: int,
+             flags: tuple[str, ...], ready_path: str, timeout: float) -> Iterator[RealEngine]:
+    log_dir = log_dir or Path(tempfile.mkdtemp(prefix=f"rig-{kind}-"))
+    with Process(kind, argv, log_dir / f"{kind}-{port}.log") as process:
+        url = f"http://127.0.0.1:{port}"
+        wait_ready(url + ready_path, process, timeout)
+        yield RealEngine(kind, url, flags, process)
