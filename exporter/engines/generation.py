@@ -20,6 +20,12 @@ from typing import Any
 APIS = ("sglang", "openai")
 
 
+def api_for(kind: str) -> str:
+    """The API a kind of engine is asked in: SGLang's own, else OpenAI's (vLLM has no
+    /generate; llama.cpp's native /completion counts differently)."""
+    return "sglang" if kind == "sglang" else "openai"
+
+
 def generation_request(api: str, prompt: str | list[int],
                        max_new_tokens: int) -> tuple[str, dict[str, Any]]:
     """(path, JSON body) of a streamed, greedy generation of exactly `max_new_tokens`;

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 import aiohttp
 
 from exporter.config import EngineConfig
-from exporter.engines.generation import generation_request
+from exporter.engines.generation import api_for, generation_request
 from exporter.engines.source import EngineSource
 from exporter.process.log_limits import Conditions
 from exporter.snapshot import SourceError
@@ -71,13 +71,25 @@ def probe_prompt(configured: str) -> str:
     return configured or f"[rig probe {uuid.uuid4().hex}] {DEFAULT_PROMPT}"
 
 
+#: The engine kinds the exporter probes on a schedule.
+PROBED_KINDS = ("sglang", "vllm")
+
+
+def probe_request(config: EngineConfig, api: str | None = None) -> tuple[str, dict[str, object]]:
+    """The route and body of one probe: SGLang's native /generate; on vLLM, which has
+    no /generate (404), and on any other engine, the OpenAI completions route, whose
+    model may be left out (the one served), with ignore_eos and the usage asked for
+    (exporter/engines/generation.py, docs/metrics.md#stream-probe)."""
+    return generation_request(api or api_for(config.kind), probe_prompt(config.probe_prompt),
+                              config.probe_max_new_tokens)
+
+
 class StreamProbe:
     def __init__(self, session: Callable[[], aiohttp.ClientSession | None], config: EngineConfig,
                  clock: Callable[[], float] = time.monotonic, api: str | None = None) -> None:
         self._session = session
         self.config = config
-        #: SGLang's native API on SGLang, OpenAI's on any other engine.
-        self.api = api or ("sglang" if config.kind == "sglang" else "openai")
+        self.api = api or api_for(config.kind)
         self.clock = clock
         self.gaps = Histogram()
         self.last: ProbeResult | None = None
@@ -133,8 +145,7 @@ class StreamProbe:
         session = self._session()
         if session is None:
             raise SourceError("engine session not started")
-        path, body = generation_request(self.api, probe_prompt(self.config.probe_prompt),
-                                        self.config.probe_max_new_tokens)
+        path, body = probe_request(self.config, self.api)
         async with session.post(self.config.url + path, json=body) as response:
             if response.status != 200:
                 head = (await response.content.read(200)).decode("utf-8", "replace")

@@ -27,6 +27,7 @@ import aiohttp
 
 from exporter.engines.exposition import parse
 from exporter.engines.fetch import get_text
+from exporter.engines.generation import api_for
 from exporter.engines.info import SGLANG_INFO_PATHS, sglang_info
 from exporter.snapshot import SourceError
 
@@ -67,8 +68,8 @@ class EngineFacts:
     sources: tuple[str, ...] = ()
 
     def api(self) -> str:
-        """The API the experiments speak to it: SGLang's native one, else OpenAI's."""
-        return "sglang" if self.kind == "sglang" else "openai"
+        """The API the experiments speak to it."""
+        return api_for(self.kind)
 
 
 @dataclass(frozen=True)

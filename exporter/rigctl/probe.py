@@ -18,9 +18,9 @@ from typing import TextIO
 import aiohttp
 
 from exporter.config import EngineConfig
-from exporter.engines.generation import APIS
+from exporter.engines.generation import api_for
 from exporter.engines.probe import ProbeResult, StreamProbe
-from exporter.experiments.engine import EngineRefused, engine_facts
+from exporter.experiments.engine import ENGINE_KINDS, EngineRefused, engine_facts
 from exporter.rigctl.common import (
     EXIT_CRITICAL,
     EXIT_ENDINGS,
@@ -37,11 +37,11 @@ DEFAULTS = EngineConfig(name="probe", url="http://127.0.0.1:30000")
 EXAMPLES = f"""examples:
   rigctl probe --engine http://127.0.0.1:30000
   rigctl probe --engine http://127.0.0.1:30000 --max-new-tokens 256 --config rig.toml
-  rigctl probe --engine http://127.0.0.1:8080 --api openai
+  rigctl probe --engine http://127.0.0.1:8000 --kind vllm
 
 The probe's prompt sits behind a unique prefix, so it neither rides nor fills
 the radix cache, and it asks for --max-new-tokens tokens with ignore_eos. Without
---api, the engine's kind is read from what it serves (as rigctl bench does).
+--kind, the engine's kind is read from what it serves (as rigctl bench does).
 
 exit status:
   0  ok: the stream finished and its longest gap stayed below the threshold
@@ -57,9 +57,10 @@ def add_parser(commands: argparse._SubParsersAction) -> argparse.ArgumentParser:
         description=__doc__.split("\n\n")[1], epilog=EXAMPLES, formatter_class=help_formatter)
     probe.add_argument("--engine", required=True, metavar="URL", type=http_url,
                        help="the engine, e.g. http://127.0.0.1:30000")
-    probe.add_argument("--api", choices=APIS,
-                       help="sglang: /generate; openai: /v1/completions (default: sglang "
-                            "on SGLang, openai on any other engine)")
+    probe.add_argument("--kind", choices=ENGINE_KINDS,
+                       help="the engine's software, which says the route: sglang's "
+                            "/generate, /v1/completions on the others (default: read from "
+                            "what the engine serves)")
     probe.add_argument("--max-new-tokens", type=positive(int), metavar="N",
                        default=DEFAULTS.probe_max_new_tokens,
                        help="tokens to generate (default %(default)s; more tokens, more gaps "
@@ -75,16 +76,16 @@ def add_parser(commands: argparse._SubParsersAction) -> argparse.ArgumentParser:
 
 
 async def probe_once(url: str, max_new_tokens: int, timeout: float, prompt: str,
-                     api: str | None = None) -> ProbeResult:
+                     kind: str | None = None) -> ProbeResult:
     engine = EngineConfig(name=url, url=url, probe_max_new_tokens=max_new_tokens,
                           probe_timeout_seconds=timeout, probe_prompt=prompt)
     async with aiohttp.ClientSession() as session:
-        if api is None:
+        if kind is None:
             try:
-                api = (await engine_facts(session, url)).api()
+                kind = (await engine_facts(session, url)).kind
             except EngineRefused as exc:
                 return ProbeResult(False, str(exc), None, (), None, None, None)
-        return await StreamProbe(lambda: session, engine, api=api).probe_once()
+        return await StreamProbe(lambda: session, engine, api=api_for(kind)).probe_once()
 
 
 def print_probe(url: str, result: ProbeResult, out: TextIO,
@@ -124,6 +125,6 @@ def run(args: argparse.Namespace, out: TextIO) -> int:
         return EXIT_UNKNOWN
     limit = thresholds.decode_stall_critical_seconds
     result = asyncio.run(probe_once(args.engine, args.max_new_tokens, args.timeout, args.prompt,
-                                    args.api))
+                                    args.kind))
     print_probe(args.engine, result, out, limit)
     return EXIT_OK if result.success and not starved(result, limit) else EXIT_CRITICAL

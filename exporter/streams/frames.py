@@ -203,22 +203,32 @@ def _anthropic(kind: str, body: dict) -> Frame:
         return Frame(content=isinstance(delta, dict)
                      and delta.get("type") in _ANTHROPIC_TOKEN_DELTAS)
     if kind == "message_delta":
+        # SGLang gives the prompt and its cache reads on message_start; vLLM only here,
+        # at the end (its message_start is built from the first chunk, before the usage
+        # details: vllm 0.32 entrypoints/anthropic/serving.py). The later reading wins.
         usage = body.get("usage")
         if isinstance(usage, dict):
-            return Frame(content=False, completion_tokens=_count(usage.get("output_tokens")))
+            cached, prompt = _anthropic_prompt(usage)
+            return Frame(content=False, completion_tokens=_count(usage.get("output_tokens")),
+                         cached_tokens=cached, prompt_tokens=prompt)
     elif kind == "message_start":
         message = body.get("message")
         usage = message.get("usage") if isinstance(message, dict) else None
         if isinstance(usage, dict):
-            # Anthropic's input_tokens leave out the cache reads (SGLang's
-            # anthropic/serving.py: prompt_tokens - cached_tokens).
-            cached = _count(usage.get("cache_read_input_tokens"))
-            uncached = _count(usage.get("input_tokens"))
-            prompt = None if uncached is None else uncached + (cached or 0)
+            cached, prompt = _anthropic_prompt(usage)
             return Frame(content=False, cached_tokens=cached, prompt_tokens=prompt)
     elif kind == "message_stop":
         return Frame(done=True, content=False)
     return _NO_CONTENT
+
+
+def _anthropic_prompt(usage: dict) -> tuple[int | None, int | None]:
+    """(cache reads, the whole prompt) of an Anthropic usage. Its input_tokens leave out
+    the cache reads (SGLang's anthropic/serving.py: prompt_tokens - cached_tokens; vLLM's
+    _build_anthropic_usage the same)."""
+    cached = _count(usage.get("cache_read_input_tokens"))
+    uncached = _count(usage.get("input_tokens"))
+    return cached, None if uncached is None else uncached + (cached or 0)
 
 
 def _responses(kind: str, body: dict) -> Frame:

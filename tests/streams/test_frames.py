@@ -243,6 +243,19 @@ def test_the_event_deltas_are_read_from_their_bytes():
         assert _is_event_delta(payload), payload
 
 
+def test_anthropic_cache_reads_known_only_at_the_end_are_read_there():
+    # vLLM 0.32 builds message_start from its first chunk, before the usage details:
+    # the cache reads come on message_delta, input_tokens then the uncached part.
+    start = {"type": "message_start", "message": {"id": "m", "type": "message", "usage": {
+        "input_tokens": 1093, "output_tokens": 0}}}
+    delta = {"type": "message_delta", "delta": {"stop_reason": "max_tokens"}, "usage": {
+        "input_tokens": 69, "cache_read_input_tokens": 1024, "output_tokens": 4}}
+    assert parse_frame(json.dumps(start).encode()) == Frame(
+        content=False, cached_tokens=None, prompt_tokens=1093)
+    assert parse_frame(json.dumps(delta).encode()) == Frame(
+        content=False, completion_tokens=4, cached_tokens=1024, prompt_tokens=1093)
+
+
 def test_anthropic_prompt_is_its_input_and_cache_reads():
     # SGLang's input_tokens leave out the cached prompt (anthropic/serving.py
     # _anthropic_input_tokens): the prompt the engine counted is both.

@@ -125,9 +125,13 @@ def stream_bytes(script: Script, asked: dict | None = None) -> tuple[bytes, list
             "message_start") + sse({"type": "content_block_start", "index": 0,
                                     "content_block": {"type": "text", "text": ""}},
                                    "content_block_start")
+        # As vLLM 0.32 writes it: message_start's usage comes from the first chunk,
+        # before the cache reads are known; message_delta's has them, with input_tokens
+        # the uncached part (a real vLLM showed it: tests/real_engines/test_vllm.py).
         tail = (sse({"type": "content_block_stop", "index": 0}, "content_block_stop")
                 + sse({"type": "message_delta", "delta": {"stop_reason": "end_turn"},
-                       "usage": {"output_tokens": script.tokens}}, "message_delta")
+                       "usage": {"input_tokens": 4, "cache_read_input_tokens": 3,
+                                 "output_tokens": script.tokens}}, "message_delta")
                 + sse({"type": "message_stop"}, "message_stop"))
     elif script.shape == "responses":
         response = {"id": "resp_1", "object": "response", "created_at": 1, "model": MODEL,
