@@ -140,7 +140,7 @@ def _decode_progress(c: Context, name: str) -> Check:
                     "rig_engine_inter_token_latency_seconds)")
     tap = (w.delta("rig_stream_frames_total", engine=name) or 0.0) + (
         w.delta("rig_stream_generated_tokens_total", engine=name) or 0.0)
-    probed = probe is not None and probe.tokens > 0
+    probed = probe is not None and probe.frames > 0
     if not (running or streams or probed):
         return skip("decode_progress", name, f"{name}: no request ran in the {seconds:.1f} s "
                     "watched", "rerun with --probe (one short generation) or while the "
@@ -148,7 +148,9 @@ def _decode_progress(c: Context, name: str) -> Check:
     moved = f"+{batches or 0:.0f} decode batches, +{streamed or 0:.0f} streamed tokens"
     load = f"{running:.0f} running, {streams:.0f} streams through the tap"
     if probe is not None:
-        load += (f", the doctor's probe got {probe.tokens} tokens" if probe.success
+        got = (f"{probe.tokens} tokens" if probe.tokens is not None
+               else f"{probe.frames} token frames")
+        load += (f", the doctor's probe got {got}" if probe.success
                  else f", the doctor's probe failed: {probe.reason}")
     longest = w.last.total("rig_engine_decode_stall_max_seconds", engine=name)
     tracked = f"; the tracker's longest stall {longest:.1f} s" if longest is not None else ""

@@ -1,5 +1,8 @@
-"""The stream probe `probe/<name>`: one short stream (SGLang /generate, vLLM
-/v1/completions), timed frame by frame.
+"""The stream probe `probe/<name>`: one short streaming generation, timed frame by frame.
+
+SGLang gets its native `/generate`; any other engine `/v1/completions`
+(`exporter/engines/generation.py`). The gaps and the TTFT run between frames;
+the token count is whatever the stream gives (`tokens_from`).
 
 It is what a client sees (docs/metrics.md#stream-probe): the time to the first token, every gap
 between frames that carry tokens, the longest gap and the decode rate, timed by
@@ -23,11 +26,12 @@ from dataclasses import dataclass
 import aiohttp
 
 from exporter.config import EngineConfig
+from exporter.engines.generation import api_for, generation_request
 from exporter.engines.source import EngineSource
 from exporter.process.log_limits import Conditions
 from exporter.schema import probe_source
 from exporter.snapshot import SourceError
-from exporter.streams import Histogram, StreamMeter
+from exporter.streams import Histogram, StreamMeter, TokensFrom
 
 log = logging.getLogger(__name__)
 
@@ -45,8 +49,12 @@ class ProbeResult:
     ttft_seconds: float | None
     gaps_seconds: tuple[float, ...]
     max_gap_seconds: float | None
-    tokens: int
+    #: As the stream counted them; None where it never did (see tokens_from).
+    tokens: int | None
     decode_tokens_per_second: float | None
+    #: Frames that carried tokens.
+    frames: int = 0
+    tokens_from: TokensFrom = "continuous_usage"
 
 
 @dataclass(frozen=True)
@@ -64,34 +72,25 @@ def probe_prompt(configured: str) -> str:
     return configured or f"[rig probe {uuid.uuid4().hex}] {DEFAULT_PROMPT}"
 
 
-#: The engine kinds whose streams the probe knows how to ask for.
+#: The engine kinds the exporter probes on a schedule.
 PROBED_KINDS = ("sglang", "vllm")
 
 
-def probe_request(config: EngineConfig) -> tuple[str, dict[str, object]]:
+def probe_request(config: EngineConfig, api: str | None = None) -> tuple[str, dict[str, object]]:
     """The route and body of one probe: SGLang's native /generate; on vLLM, which has
-    no /generate (404), the OpenAI completions route, whose model may be left out (the
-    one served) and which takes ignore_eos, its usage on every chunk, so that the
-    tokens are counted as the engine counts them (docs/metrics.md#stream-probe)."""
-    prompt = probe_prompt(config.probe_prompt)
-    if config.kind == "vllm":
-        return "/v1/completions", {
-            "prompt": prompt, "max_tokens": config.probe_max_new_tokens,
-            "ignore_eos": True, "temperature": 0, "stream": True,
-            "stream_options": {"include_usage": True, "continuous_usage_stats": True}}
-    return "/generate", {
-        "text": prompt,
-        "sampling_params": {"max_new_tokens": config.probe_max_new_tokens,
-                            "ignore_eos": True, "temperature": 0},
-        "stream": True,
-    }
+    no /generate (404), and on any other engine, the OpenAI completions route, whose
+    model may be left out (the one served), with ignore_eos and the usage asked for
+    (exporter/engines/generation.py, docs/metrics.md#stream-probe)."""
+    return generation_request(api or api_for(config.kind), probe_prompt(config.probe_prompt),
+                              config.probe_max_new_tokens)
 
 
 class StreamProbe:
     def __init__(self, session: Callable[[], aiohttp.ClientSession | None], config: EngineConfig,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic, api: str | None = None) -> None:
         self._session = session
         self.config = config
+        self.api = api or api_for(config.kind)
         self.clock = clock
         self.gaps = Histogram()
         self.last: ProbeResult | None = None
@@ -133,13 +132,13 @@ class StreamProbe:
         except (aiohttp.ClientError, SourceError) as exc:
             return _result(meter, False, f"{type(exc).__name__}: {exc}", None)
         if meter.unrecognised:
-            return _result(meter, False, f"frame without meta_info: "
+            return _result(meter, False, f"frame of no known shape: "
                                          f"{meter.first_unrecognised!r}", None)
         if meter.error is not None:
             return _result(meter, False, f"error frame: {meter.error}", None)
         if not meter.done:
             return _result(meter, False, "stream ended without [DONE]", None)
-        if not meter.timer.tokens:
+        if not meter.timer.frames:
             return _result(meter, False, "stream ended with no tokens", None)
         return _result(meter, True, "", None)
 
@@ -147,7 +146,7 @@ class StreamProbe:
         session = self._session()
         if session is None:
             raise SourceError("engine session not started")
-        path, body = probe_request(self.config)
+        path, body = probe_request(self.config, self.api)
         async with session.post(self.config.url + path, json=body) as response:
             if response.status != 200:
                 head = (await response.content.read(200)).decode("utf-8", "replace")
@@ -168,8 +167,10 @@ def _result(meter: StreamMeter, success: bool, reason: str,
         ttft_seconds=timing.ttft_seconds,
         gaps_seconds=timing.gaps_seconds,
         max_gap_seconds=timing.max_gap_seconds,
-        tokens=timing.tokens or 0,  # native frames always count them
+        tokens=timing.tokens,
         decode_tokens_per_second=timing.decode_tokens_per_second,
+        frames=timing.frames,
+        tokens_from=timing.tokens_from,
     )
 
 

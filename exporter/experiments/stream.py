@@ -1,8 +1,10 @@
-"""One streamed request from the client's side: when each token arrived.
+"""One streamed request from the client's side: when each token-bearing frame arrived.
 
 The frames are read by `exporter.streams.StreamMeter`, the code the probe and the
-tap use. Cancelling the task that runs `Stream.run` closes the connection, which
-is how SGLang and vLLM learn to abort the generation.
+tap use; what it says about the token count (`tokens_from`) decides whether a rate
+is in tokens or in frames. Gaps and TTFT need no count: they run between frames.
+Cancelling the task that runs `Stream.run` closes the connection, which is how
+SGLang, vLLM and llama.cpp learn to abort the generation.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from collections.abc import Callable
 
 import aiohttp
 
-from exporter.streams import StreamMeter
+from exporter.streams import StreamMeter, TokensFrom
 
 
 class StreamFailed(Exception):
@@ -31,8 +33,9 @@ class Stream:
         self.clock = clock
         self.sent_at: float | None = None
         self.meter: StreamMeter | None = None
-        #: (arrival time, tokens so far) for every frame that carried tokens.
-        self.arrivals: list[tuple[float, int]] = []
+        #: (arrival time, frames so far, tokens so far where the stream had counted
+        #: them) for every frame that carried tokens.
+        self.arrivals: list[tuple[float, int, int | None]] = []
         self.first_token = asyncio.Event()
 
     async def run(self) -> None:
@@ -50,10 +53,7 @@ class Stream:
                 if meter.error is not None:
                     raise StreamFailed(f"{self.path}: error frame: {meter.error}")
                 if meter.timer.frames > before:
-                    if meter.timer.tokens is None:  # a frame may carry several tokens
-                        raise StreamFailed(f"{self.path}: the stream does not count its "
-                                           "tokens (stream_options.continuous_usage_stats)")
-                    self.arrivals.append((now, meter.timer.tokens))
+                    self.arrivals.append((now, meter.timer.frames, meter.timer.tokens))
                     self.first_token.set()
                 if meter.done:
                     return
@@ -64,17 +64,38 @@ class Stream:
             return None
         return self.arrivals[0][0] - self.sent_at
 
+    @property
+    def tokens_from(self) -> TokensFrom:
+        return "frames" if self.meter is None else self.meter.timer.tokens_from
+
+    @property
+    def tokens(self) -> int | None:
+        """The tokens generated, as the stream counted them (None where it never did)."""
+        return None if self.meter is None else self.meter.timer.tokens
+
     def gaps(self, since: float = float("-inf"), until: float = float("inf")) -> list[float]:
         """Gaps between token frames that ended within [since, until]."""
         return [b[0] - a[0] for a, b in zip(self.arrivals, self.arrivals[1:], strict=False)
                 if since <= b[0] <= until]
 
     def tokens_per_second(self, since: float, until: float) -> float | None:
-        """Tokens that arrived within [since, until] over its length."""
-        inside = [tokens for at, tokens in self.arrivals if since <= at <= until]
-        before = [tokens for at, tokens in self.arrivals if at < since]
-        if until <= since or not inside:
-            return 0.0 if until > since else None
+        """Tokens that arrived within [since, until] over its length; None unless the
+        stream counted every frame (a frame may carry several tokens)."""
+        if self.tokens_from != "continuous_usage":
+            return None
+        return self._rate(since, until, 2)
+
+    def frames_per_second(self, since: float, until: float) -> float | None:
+        """Token-bearing frames that arrived within [since, until] over its length."""
+        return self._rate(since, until, 1)
+
+    def _rate(self, since: float, until: float, column: int) -> float | None:
+        if until <= since:
+            return None
+        inside = [arrival[column] for arrival in self.arrivals if since <= arrival[0] <= until]
+        before = [arrival[column] for arrival in self.arrivals if arrival[0] < since]
+        if not inside:
+            return 0.0
         return (inside[-1] - (before[-1] if before else 0)) / (until - since)
 
 

@@ -3,7 +3,11 @@
     rigctl bench starvation --engine http://127.0.0.1:30000 --label default --out ab.jsonl
     # restart SGLang with --enable-mixed-chunk, then:
     rigctl bench starvation --engine http://127.0.0.1:30000 --label mixed-chunk --out ab.jsonl
-    rigctl bench report ab.jsonl
+    rigctl bench report ab.jsonl --compare default mixed-chunk
+
+Any engine: SGLang, vLLM, llama.cpp's llama-server or another OpenAI-compatible
+server; its kind and context length are read from what it serves, or given with
+--kind and --context-length.
 
 Interrupted (Ctrl-C), it first closes its streams, so the engine aborts their
 generations.
@@ -20,8 +24,21 @@ from typing import Any, TextIO
 
 import aiohttp
 
-from exporter.experiments.engine import APIS, EngineRefused
-from exporter.experiments.report import ReportError, print_report, print_starvation, print_sweep
+from exporter.engines.generation import APIS
+from exporter.experiments.engine import (
+    DEFAULT_TOKEN_ID_LIMIT,
+    ENGINE_KINDS,
+    EngineRefused,
+    Overrides,
+)
+from exporter.experiments.report import (
+    ReportError,
+    compare_labels,
+    print_comparison,
+    print_report,
+    print_starvation,
+    print_sweep,
+)
 from exporter.experiments.starvation import StarvationSettings, run_starvation
 from exporter.experiments.stream import StreamFailed
 from exporter.experiments.sweep import SweepSettings, run_sweep
@@ -40,7 +57,7 @@ EPILOG = f"""exit status:
   0  done
   2  the experiment failed mid-way
   3  it could not start: the engine is unreachable, the context is larger than
-     the KV pool, or bad arguments
+     its context length or KV pool, or bad arguments
 {EXIT_ENDINGS}"""
 
 
@@ -66,6 +83,9 @@ def add_parser(commands: argparse._SubParsersAction) -> argparse.ArgumentParser:
                             help="from A's first token to B's request (default 5)")
     starvation.add_argument("--a-max-tokens", type=positive(int), default=4096, metavar="N",
                             help="A's answer length; must outlast B's prefill (default 4096)")
+    starvation.add_argument("--b-engine", metavar="URL", type=http_url,
+                            help="send B to this engine instead of A's: two single-card "
+                                 "engines against one TP2 engine")
 
     sweep = experiments.add_parser(
         "sweep", epilog=EPILOG, formatter_class=help_formatter,
@@ -86,15 +106,29 @@ def add_parser(commands: argparse._SubParsersAction) -> argparse.ArgumentParser:
                                                 "holds, one row per label.",
                                     epilog=EPILOG, formatter_class=help_formatter)
     report.add_argument("file", type=Path, help="the file given to --out")
+    report.add_argument("--compare", nargs=2, metavar="LABEL",
+                        help="the last result of each of two labels, figure by figure")
     return bench
 
 
 def _common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--engine", required=True, metavar="URL", type=http_url,
                         help="the engine's base URL, e.g. http://127.0.0.1:30000")
-    parser.add_argument("--api", choices=APIS, default="sglang",
+    parser.add_argument("--api", choices=APIS,
                         help="sglang: /generate with input_ids; openai: /v1/completions "
-                             "(default sglang)")
+                             "(default: sglang on SGLang, openai on any other engine)")
+    parser.add_argument("--kind", choices=ENGINE_KINDS,
+                        help="the engine's kind, where it is not to be detected; openai: "
+                             "any OpenAI-compatible server, with no facts but the flags")
+    parser.add_argument("--context-length", type=positive(int), metavar="N",
+                        help="the most tokens one request may hold, where the engine "
+                             "does not say (wins over what it says)")
+    parser.add_argument("--vocab-size", type=positive(int), metavar="N",
+                        help="the model's vocabulary, which random prompts stay below "
+                             "(vLLM does not say; llama.cpp does)")
+    parser.add_argument("--compare", metavar="URL", type=http_url,
+                        help="run the same experiment against this engine too, and print "
+                             "the two side by side")
     parser.add_argument("--label", default="", help="names this run in the report, "
                         "e.g. the scheduler flags under test")
     parser.add_argument("--out", type=Path, metavar="FILE",
@@ -117,23 +151,57 @@ def _concurrency(text: str) -> tuple[int, ...]:
 def run(args: argparse.Namespace, out: TextIO) -> int:
     if args.experiment == "report":
         try:
-            print_report(args.file, out)
+            if args.compare:
+                compare_labels(args.file, tuple(args.compare), out)
+            else:
+                print_report(args.file, out)
         except ReportError as exc:
             print(f"rigctl bench report: {exc}", file=sys.stderr)
             return EXIT_UNKNOWN
         return EXIT_OK
+    engines = [args.engine] + ([args.compare] if args.compare else [])
+    records = []
+    for engine in engines:
+        code = _run_once(args, engine, records)
+        if code != EXIT_OK:
+            return code
+    for record in records:
+        if args.out is not None:
+            with args.out.open("a") as f:
+                f.write(json.dumps(record) + "\n")
+    if args.json:
+        for record in records:
+            print(json.dumps(record, indent=2), file=out)
+    elif len(records) == 2:
+        print_comparison(*records, out)
+    elif args.experiment == "starvation":
+        print_starvation(records, out)
+    else:
+        print_sweep(records, out)
+    return EXIT_OK
+
+
+def _run_once(args: argparse.Namespace, engine: str, records: list[dict[str, Any]]) -> int:
+    """One experiment against `engine`; its record appended; the exit status."""
+    overrides = Overrides(kind=args.kind, context_length_tokens=args.context_length,
+                          vocab_size=args.vocab_size)
+    # The compared run keeps the label apart: "LABEL" against "LABEL (URL)".
+    label = args.label if engine == args.engine else f"{args.label or 'compare'} ({engine})"
     try:
         if args.experiment == "starvation":
             result = asyncio.run(run_starvation(StarvationSettings(
-                engine=args.engine, api=args.api, context_tokens=args.context_tokens,
+                engine=engine, api=args.api, overrides=overrides,
+                b_engine=args.b_engine if engine == args.engine else None,
+                context_tokens=args.context_tokens,
                 a_context_tokens=args.a_context_tokens, delay_seconds=args.delay,
-                a_max_tokens=args.a_max_tokens, label=args.label,
+                a_max_tokens=args.a_max_tokens, label=label,
                 timeout_seconds=args.timeout), progress))
         else:
             result = asyncio.run(run_sweep(SweepSettings(
-                engine=args.engine, api=args.api, concurrency=args.concurrency,
-                context_tokens=args.context_tokens, max_new_tokens=args.max_new_tokens,
-                label=args.label, timeout_seconds=args.timeout), progress))
+                engine=engine, api=args.api, overrides=overrides,
+                concurrency=args.concurrency, context_tokens=args.context_tokens,
+                max_new_tokens=args.max_new_tokens, label=label,
+                timeout_seconds=args.timeout), progress))
     except KeyboardInterrupt:
         # asyncio.run has cancelled the experiment, whose cleanup closed every stream.
         raise Interrupted(f"rigctl bench {args.experiment}: interrupted; its streams are "
@@ -142,19 +210,18 @@ def run(args: argparse.Namespace, out: TextIO) -> int:
         print(f"rigctl bench {args.experiment}: {exc}", file=sys.stderr)
         return EXIT_UNKNOWN
     except (StreamFailed, aiohttp.ClientError, TimeoutError) as exc:
-        print(f"rigctl bench {args.experiment}: failed: {type(exc).__name__}: {exc}",
+        hint = ""
+        if "HTTP 400" in str(exc) and args.vocab_size is None:
+            hint = (f" (the prompts are random token ids below {DEFAULT_TOKEN_ID_LIMIT}: "
+                    "give --vocab-size if the model's vocabulary is smaller)")
+        print(f"rigctl bench {args.experiment}: failed: {type(exc).__name__}: {exc}{hint}",
               file=sys.stderr)
         return EXIT_CRITICAL
-    record: dict[str, Any] = {"experiment": args.experiment, **result.as_json()}
-    if args.out is not None:
-        with args.out.open("a") as f:
-            f.write(json.dumps(record) + "\n")
-    if args.json:
-        print(json.dumps(record, indent=2), file=out)
-    elif args.experiment == "starvation":
-        print_starvation([record], out)
-    else:
-        print_sweep([record], out)
+    records.append({"experiment": args.experiment, **result.as_json()})
+    if result.tokens_from != "continuous_usage":
+        progress(f"{engine}: the stream does not count every frame's tokens "
+                 f"(tokens from {result.tokens_from}): gaps and TTFT from frames, "
+                 "rates in frames/s")
     return EXIT_OK
 
 

@@ -1,11 +1,11 @@
 """`rigctl probe`: one stream probe now, with the exporter's own probe code.
 
-It sends one short stream to an engine (SGLang's /generate, or vLLM's
-/v1/completions with --kind vllm) and prints the time to the first token, every
-gap between token-bearing frames, the longest gap and the decode rate. The
-longest gap is judged against the decode starvation threshold
-(decode_stall_critical_seconds, 10 s unless --config's [thresholds] says
-otherwise), the one RigDecodeStarvation and `rigctl health` use.
+It sends one short streaming generation (SGLang's /generate, or /v1/completions
+on vLLM, llama.cpp and any OpenAI-compatible server) and prints the time to the
+first token, every gap between token-bearing frames, the longest gap, the decode
+rate and what the token count came from. The longest gap is judged against the decode starvation
+threshold (decode_stall_critical_seconds, 10 s unless --config's [thresholds]
+says otherwise), the one RigDecodeStarvation and `rigctl health` use.
 """
 
 from __future__ import annotations
@@ -18,7 +18,9 @@ from typing import TextIO
 import aiohttp
 
 from exporter.config import EngineConfig
-from exporter.engines.probe import PROBED_KINDS, ProbeResult, StreamProbe
+from exporter.engines.generation import api_for
+from exporter.engines.probe import ProbeResult, StreamProbe
+from exporter.experiments.engine import ENGINE_KINDS, EngineRefused, engine_facts
 from exporter.rigctl.common import (
     EXIT_CRITICAL,
     EXIT_ENDINGS,
@@ -38,7 +40,8 @@ EXAMPLES = f"""examples:
   rigctl probe --engine http://127.0.0.1:8000 --kind vllm
 
 The probe's prompt sits behind a unique prefix, so it neither rides nor fills
-the radix cache, and it asks for --max-new-tokens tokens with ignore_eos.
+the radix cache, and it asks for --max-new-tokens tokens with ignore_eos. Without
+--kind, the engine's kind is read from what it serves (as rigctl bench does).
 
 exit status:
   0  ok: the stream finished and its longest gap stayed below the threshold
@@ -54,8 +57,10 @@ def add_parser(commands: argparse._SubParsersAction) -> argparse.ArgumentParser:
         description=__doc__.split("\n\n")[1], epilog=EXAMPLES, formatter_class=help_formatter)
     probe.add_argument("--engine", required=True, metavar="URL", type=http_url,
                        help="the engine, e.g. http://127.0.0.1:30000")
-    probe.add_argument("--kind", choices=PROBED_KINDS, default=DEFAULTS.kind,
-                       help="the engine's software, which says the route (default %(default)s)")
+    probe.add_argument("--kind", choices=ENGINE_KINDS,
+                       help="the engine's software, which says the route: sglang's "
+                            "/generate, /v1/completions on the others (default: read from "
+                            "what the engine serves)")
     probe.add_argument("--max-new-tokens", type=positive(int), metavar="N",
                        default=DEFAULTS.probe_max_new_tokens,
                        help="tokens to generate (default %(default)s; more tokens, more gaps "
@@ -71,11 +76,16 @@ def add_parser(commands: argparse._SubParsersAction) -> argparse.ArgumentParser:
 
 
 async def probe_once(url: str, max_new_tokens: int, timeout: float, prompt: str,
-                     kind: str = DEFAULTS.kind) -> ProbeResult:
-    engine = EngineConfig(name=url, url=url, kind=kind, probe_max_new_tokens=max_new_tokens,
+                     kind: str | None = None) -> ProbeResult:
+    engine = EngineConfig(name=url, url=url, probe_max_new_tokens=max_new_tokens,
                           probe_timeout_seconds=timeout, probe_prompt=prompt)
     async with aiohttp.ClientSession() as session:
-        return await StreamProbe(lambda: session, engine).probe_once()
+        if kind is None:
+            try:
+                kind = (await engine_facts(session, url)).kind
+            except EngineRefused as exc:
+                return ProbeResult(False, str(exc), None, (), None, None, None)
+        return await StreamProbe(lambda: session, engine, api=api_for(kind)).probe_once()
 
 
 def print_probe(url: str, result: ProbeResult, out: TextIO,
@@ -87,7 +97,8 @@ def print_probe(url: str, result: ProbeResult, out: TextIO,
     print(f"probe {url}: {verdict}", file=out)
     if result.ttft_seconds is not None:
         print(f"  time to first token  {result.ttft_seconds:8.3f} s", file=out)
-    print(f"  tokens               {result.tokens:8d}", file=out)
+    tokens = "-" if result.tokens is None else str(result.tokens)
+    print(f"  tokens               {tokens:>8}", file=out)
     if result.gaps_seconds:
         gaps = " ".join(f"{gap:.3f}" for gap in result.gaps_seconds)
         print(f"  gaps (s)             {gaps}", file=out)
@@ -95,6 +106,10 @@ def print_probe(url: str, result: ProbeResult, out: TextIO,
         print(f"  longest gap          {result.max_gap_seconds:8.3f} s", file=out)
     if result.decode_tokens_per_second is not None:
         print(f"  decode               {result.decode_tokens_per_second:8.1f} tokens/s", file=out)
+    if result.frames:
+        print(f"  token frames         {result.frames:8d}", file=out)
+        # Where the count came from (docs/rigctl.md#where-the-token-counts-come-from).
+        print(f"  tokens from          {result.tokens_from}", file=out)
 
 
 def starved(result: ProbeResult, starvation_seconds: float | None) -> bool:

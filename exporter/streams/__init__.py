@@ -11,7 +11,7 @@ from exporter.streams.frames import Frame, parse_frame
 from exporter.streams.histogram import GAP_BUCKETS, Histogram
 from exporter.streams.meter import StreamMeter
 from exporter.streams.sse import DataLines
-from exporter.streams.timer import GapTimer, StreamTiming
+from exporter.streams.timer import GapTimer, StreamTiming, TokensFrom
 
 __all__ = ["GAP_BUCKETS", "DataLines", "Frame", "GapTimer", "Histogram", "StreamMeter",
-           "StreamTiming", "parse_frame"]
+           "StreamTiming", "TokensFrom", "parse_frame"]

@@ -8,11 +8,24 @@ token: before it the client is waiting for its TTFT, not stalled mid-answer.
 Frames and tokens are counted apart: a frame may carry several tokens (speculative
 decoding accepts up to MTP+1 a step), and only the engine's own count, where the
 stream reports one, says how many (`tokens`; None until it does).
+
+Where the count comes from (`tokens_from`) decides what a rate can be in: streams
+that count every token-bearing frame (`continuous_usage`: SGLang's native
+meta_info, vLLM's `continuous_usage_stats`) give tokens per second over any
+window; streams that count only once, at the end (`final_usage`: llama.cpp, which
+ignores `continuous_usage_stats`, Anthropic's `message_delta`, Responses'
+`response.completed`) give a total; streams that never count (`frames`: a proxy
+that drops usage) give frames. Frames are not tokens: 2,000 vLLM tokens came in
+1,993-2,000 frames, 12,000 llama.cpp tokens in about 11,900, because partial
+UTF-8 is held back (docs/rigctl.md#where-the-token-counts-come-from).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Literal
+
+TokensFrom = Literal["continuous_usage", "final_usage", "frames"]
 
 
 @dataclass(frozen=True)
@@ -28,6 +41,7 @@ class StreamTiming:
     #: Decode only: the tokens after the first frame over the time they took (None
     #: where the stream does not count its tokens frame by frame).
     decode_tokens_per_second: float | None
+    tokens_from: TokensFrom = "frames"
 
 
 @dataclass
@@ -41,6 +55,8 @@ class GapTimer:
     last_at: float | None = None
     first_tokens: int | None = None
     last_tokens: int | None = None
+    #: Token-bearing frames that came before the stream had counted anything.
+    uncounted_frames: int = 0
     gap_count: int = 0
     max_gap: float | None = None
     gaps: list[float] = field(default_factory=list)
@@ -54,6 +70,8 @@ class GapTimer:
         """A frame with tokens arrived (counted first, where it carries a count).
         Returns the gap it ended, None for the first frame."""
         self.frames += 1
+        if self.tokens is None:
+            self.uncounted_frames += 1
         self.last_tokens = self.tokens
         if self.last_at is None:
             self.first_at = self.last_at = now
@@ -67,6 +85,13 @@ class GapTimer:
         if self.keep_gaps:
             self.gaps.append(gap)
         return gap
+
+    @property
+    def tokens_from(self) -> TokensFrom:
+        """Whether the count came with every token-bearing frame, only at the end, or never."""
+        if self.tokens is None:
+            return "frames"
+        return "continuous_usage" if self.uncounted_frames == 0 else "final_usage"
 
     def open_gap(self, now: float) -> float | None:
         """How long the client has waited since its last token; None before the first."""
@@ -91,4 +116,5 @@ class GapTimer:
             frames=self.frames,
             tokens=self.tokens,
             decode_tokens_per_second=rate,
+            tokens_from=self.tokens_from,
         )

@@ -1,14 +1,32 @@
-"""A stand-in engine with a scripted pause, speaking both streaming APIs.
+"""A stand-in engine with a scripted pause, in the shapes real engines stream.
 
-The first stream (A) gets a token every `GAP` seconds. When a second request (B)
-arrives, A gets nothing for `PAUSE` seconds, and B's first token comes `B_TTFT`
-seconds after it was sent. Enough of SGLang's /server_info for the bench.
+The first stream (A) gets a frame every `GAP` seconds. When a second request (B)
+arrives, A gets nothing for `PAUSE` seconds, and B's first frame comes `B_TTFT`
+seconds after it was sent. Every `DOUBLE_EVERY`-th frame of the OpenAI styles
+carries two tokens, as real engines' frames do (vLLM under load; llama.cpp holding
+back partial UTF-8), so frames and tokens differ.
+
+Its facts and streams follow one engine each (the shapes of the captures in
+docs/rigctl.md#where-the-token-counts-come-from):
+- `sglang`: `/server_info`; `/generate` native frames; `/v1/completions` with usage
+  on every chunk when asked.
+- `vllm`: `/v1/models` (`max_model_len`), `/version`, `/metrics` with
+  `vllm:cache_config_info`; `/v1/completions` honours `continuous_usage_stats`
+  (usage on every chunk) and `include_usage` (a `choices: []` usage chunk), and
+  refuses a token id outside its vocabulary with HTTP 400, as vLLM does.
+- `llamacpp`: `/props`, `/v1/models` with `meta.n_vocab`; `/v1/completions` ignores
+  `continuous_usage_stats`, puts the usage (and `timings`) on its `finish_reason`
+  frame with `include_usage`, and refuses an id outside its vocabulary.
+- `proxy`: an OpenAI-compatible proxy: `/v1/models` with an id only; no usage ever.
+- `sglang-proxy`: the same proxy in front of SGLang, passing `/server_info` through:
+  what `rigctl bench --api openai` refused before it measured from frames.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+from typing import Any
 
 from aiohttp import web
 
@@ -16,19 +34,38 @@ GAP = 0.02
 PAUSE = 1.0
 B_TTFT = 1.2
 MAX_TOTAL_NUM_TOKENS = 100_000
+CONTEXT_LENGTH = 32_768
+VOCAB_SIZE = 4096
+DOUBLE_EVERY = 10
+STYLES = ("sglang", "vllm", "llamacpp", "proxy", "sglang-proxy")
 
 
 class StandIn:
-    def __init__(self) -> None:
+    def __init__(self, style: str = "sglang") -> None:
+        assert style in STYLES, style
+        self.style = style
         self.requests = 0
         self.open_streams = 0
         self.b_arrived: asyncio.Event | None = None
         self.b_arrived_at = 0.0
+        #: The stream_options of every generation request, in order.
+        self.stream_options: list[Any] = []
 
     def app(self) -> web.Application:
         app = web.Application()
-        app.router.add_get("/server_info", self.server_info)
-        app.router.add_post("/generate", self.generate)
+        routes = {
+            "sglang": [("/server_info", self.server_info), ("/generate", None)],
+            "sglang-proxy": [("/server_info", self.server_info)],
+            "vllm": [("/v1/models", self.models), ("/version", self.version),
+                     ("/metrics", self.metrics)],
+            "llamacpp": [("/props", self.props), ("/v1/models", self.models)],
+            "proxy": [("/v1/models", self.models)],
+        }[self.style]
+        for path, handler in routes:
+            if handler is None:
+                app.router.add_post(path, self.generate)
+            else:
+                app.router.add_get(path, handler)
         app.router.add_post("/v1/completions", self.generate)
         return app
 
@@ -36,10 +73,41 @@ class StandIn:
         return web.json_response({"version": "stand-in", "chunked_prefill_size": 8192,
                                   "max_total_num_tokens": MAX_TOTAL_NUM_TOKENS})
 
+    async def models(self, request: web.Request) -> web.Response:
+        model: dict[str, Any] = {"id": "tiny", "object": "model", "owned_by": self.style}
+        if self.style == "vllm":
+            model["max_model_len"] = CONTEXT_LENGTH
+        elif self.style == "llamacpp":
+            model["meta"] = {"vocab_type": 2, "n_vocab": VOCAB_SIZE, "n_ctx": CONTEXT_LENGTH,
+                             "n_ctx_train": CONTEXT_LENGTH}
+        return web.json_response({"object": "list", "data": [model]})
+
+    async def version(self, request: web.Request) -> web.Response:
+        return web.json_response({"version": "0.32.0"})
+
+    async def metrics(self, request: web.Request) -> web.Response:
+        return web.Response(text=(
+            "# HELP vllm:cache_config_info Information of the LLMEngine CacheConfig\n"
+            "# TYPE vllm:cache_config_info gauge\n"
+            'vllm:cache_config_info{block_size="128",enable_prefix_caching="True",engine="0",'
+            'kv_cache_size_tokens="524288"} 1.0\n'))
+
+    async def props(self, request: web.Request) -> web.Response:
+        return web.json_response({
+            "default_generation_settings": {"params": {"n_predict": -1}, "n_ctx": CONTEXT_LENGTH},
+            "total_slots": 4, "model_alias": "tiny.gguf", "build_info": "b1-0c1e570"})
+
     async def generate(self, request: web.Request) -> web.StreamResponse:
         body = await request.json()
         openai = request.path.startswith("/v1/")
         wanted = body["max_tokens"] if openai else body["sampling_params"]["max_new_tokens"]
+        prompt = body.get("prompt") if openai else body.get("input_ids")
+        if (self.style in ("vllm", "llamacpp") and isinstance(prompt, list)
+                and max(prompt) >= VOCAB_SIZE):
+            return web.json_response({"error": {"message": "Prompt contains invalid tokens",
+                                                "code": 400}}, status=400)
+        options = body.get("stream_options") or {}
+        self.stream_options.append(options)
         self.requests += 1
         loop = asyncio.get_running_loop()
         if self.b_arrived is None:
@@ -48,12 +116,15 @@ class StandIn:
         if is_b:
             self.b_arrived_at = loop.time()
             self.b_arrived.set()
+        frames = _Frames(self.style if openai else "native", options,
+                         len(prompt) if isinstance(prompt, list) else 0)
         response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
         await response.prepare(request)
         self.open_streams += 1
         try:
-            for token in range(1, wanted + 1):
-                if is_b and token == 1:
+            tokens = 0
+            while tokens < wanted:
+                if is_b and tokens == 0:
                     await asyncio.sleep(B_TTFT)
                 else:
                     await asyncio.sleep(GAP)
@@ -61,11 +132,64 @@ class StandIn:
                         resume_at = self.b_arrived_at + PAUSE
                         if loop.time() < resume_at:
                             await asyncio.sleep(resume_at - loop.time())
-                frame = ({"choices": [{"index": 0, "text": "x"}],
-                          "usage": {"completion_tokens": token}} if openai
-                         else {"text": "x" * token, "meta_info": {"completion_tokens": token}})
-                await response.write(f"data: {json.dumps(frame)}\n\n".encode())
-            await response.write(b"data: [DONE]\n\n")
+                step = 2 if openai and frames.count % DOUBLE_EVERY == DOUBLE_EVERY - 1 else 1
+                tokens = min(wanted, tokens + step)
+                await response.write(frames.token(tokens))
+            await response.write(frames.end(tokens))
         finally:
             self.open_streams -= 1
         return response
+
+
+class _Frames:
+    """The bytes of one stream's frames, in one engine's shape."""
+
+    def __init__(self, style: str, options: dict[str, Any], prompt_tokens: int) -> None:
+        self.style = style
+        self.count = 0
+        self.prompt_tokens = prompt_tokens
+        self.continuous = style in ("vllm", "sglang") and bool(
+            options.get("continuous_usage_stats"))
+        self.final = style in ("vllm", "llamacpp", "sglang") and bool(
+            options.get("include_usage"))
+
+    def usage(self, tokens: int) -> dict[str, Any]:
+        return {"prompt_tokens": self.prompt_tokens, "total_tokens": self.prompt_tokens + tokens,
+                "completion_tokens": tokens}
+
+    def token(self, tokens: int) -> bytes:
+        self.count += 1
+        if self.style == "native":
+            return _data({"text": "x" * tokens, "meta_info": {"completion_tokens": tokens}})
+        chunk: dict[str, Any] = {"id": "cmpl-standin", "object": "text_completion",
+                                 "model": "tiny", "choices": [{"index": 0, "text": "xy",
+                                                               "logprobs": None,
+                                                               "finish_reason": None}]}
+        if self.continuous:
+            chunk["usage"] = self.usage(tokens)
+        return _data(chunk)
+
+    def end(self, tokens: int) -> bytes:
+        if self.style == "native":
+            return b"data: [DONE]\n\n"
+        frames = b""
+        if self.style == "llamacpp":
+            # llama.cpp's last frame: no text, the finish reason, and with include_usage
+            # the usage and its timings.
+            last: dict[str, Any] = {"choices": [{"text": "", "index": 0, "logprobs": None,
+                                                 "finish_reason": "length"}],
+                                    "object": "text_completion"}
+            if self.final:
+                last["usage"] = {**self.usage(tokens),
+                                 "prompt_tokens_details": {"cached_tokens": 0}}
+                last["timings"] = {"cache_n": 0, "prompt_n": self.prompt_tokens,
+                                   "predicted_n": tokens}
+            frames += _data(last)
+        elif self.final:
+            frames += _data({"id": "cmpl-standin", "object": "text_completion",
+                             "model": "tiny", "choices": [], "usage": self.usage(tokens)})
+        return frames + b"data: [DONE]\n\n"
+
+
+def _data(body: dict[str, Any]) -> bytes:
+    return f"data: {json.dumps(body)}\n\n".encode()

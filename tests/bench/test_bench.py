@@ -153,10 +153,19 @@ def test_unreachable_engine_exits_3_with_one_line() -> None:
     assert "not reachable" in done.stderr
 
 
-def test_context_larger_than_the_kv_pool_is_refused(sim_engine: str) -> None:
+def test_context_larger_than_the_context_length_is_refused(sim_engine: str) -> None:
     done = rigctl("bench", "starvation", "--engine", sim_engine, "--context-tokens", "300000")
     assert done.returncode == 3
-    assert "max_total_num_tokens 219005" in done.stderr
+    assert "exceeds the engine's context length (196608)" in done.stderr
+    assert _state(sim_engine)["requests"] == []
+
+
+def test_both_requests_larger_than_the_kv_pool_are_refused(sim_engine: str) -> None:
+    """Each fits the context length; A's and B's together do not fit the pool they share."""
+    done = rigctl("bench", "starvation", "--engine", sim_engine, "--context-tokens", "150000")
+    assert done.returncode == 3
+    assert "A's and B's requests together of 304097 tokens" in done.stderr
+    assert "KV pool (max_total_num_tokens 219005)" in done.stderr
     assert _state(sim_engine)["requests"] == []
 
 

@@ -217,3 +217,65 @@ def test_responses_incomplete_counts_and_failed_is_an_error():
         "status": "failed", "usage": None,
         "error": {"code": "server_error", "message": "KV  pool\nexhausted"}}}), 0.1)
     assert failed.done and failed.error == "KV pool exhausted" and failed.timer.tokens is None
+
+
+def _vllm_chat(content: str | None, tokens: int, role: bool = False) -> bytes:
+    """vLLM 0.32's chat chunk with continuous_usage_stats."""
+    delta = {"role": "assistant", "content": ""} if role else {"content": content}
+    return data({"id": "chatcmpl-1", "object": "chat.completion.chunk", "model": "tiny",
+                 "choices": [{"index": 0, "delta": delta, "logprobs": None,
+                              "finish_reason": None}],
+                 "usage": {"prompt_tokens": 17, "total_tokens": 17 + tokens,
+                           "completion_tokens": tokens, "completion_tokens_details": None}})
+
+
+def _llamacpp_completion(text: str, usage: dict | None = None) -> bytes:
+    """llama.cpp's /v1/completions frame: usage and timings on the finish_reason frame only."""
+    body: dict = {"choices": [{"text": text, "index": 0, "logprobs": None,
+                               "finish_reason": None if usage is None else "length"}],
+                  "object": "text_completion", "system_fingerprint": "b1-0c1e570"}
+    if usage is not None:
+        body["usage"] = usage
+        body["timings"] = {"cache_n": 0, "prompt_n": 3, "predicted_n": usage["completion_tokens"]}
+    return data(body)
+
+
+def test_tokens_from_continuous_usage_vllm():
+    meter = StreamMeter(sent_at=0.0)
+    meter.feed(_vllm_chat(None, 0, role=True), 0.1)
+    meter.feed(_vllm_chat(" shing", 1), 0.2)
+    meter.feed(_vllm_chat("atment quex", 3), 0.3)  # two tokens held in one frame
+    meter.feed(data({"id": "chatcmpl-1", "choices": [],
+                     "usage": {"prompt_tokens": 17, "completion_tokens": 3}}), 0.3)
+    timing = meter.timer.timing()
+    assert (timing.tokens_from, timing.frames, timing.tokens) == ("continuous_usage", 2, 3)
+    assert timing.decode_tokens_per_second == pytest.approx(2 / 0.1)
+
+
+def test_tokens_from_final_usage_llamacpp():
+    meter = StreamMeter(sent_at=0.0)
+    for at, text in ((0.1, "ml"), (0.2, " integers"), (0.3, " Key")):
+        meter.feed(_llamacpp_completion(text), at)
+    assert meter.timer.tokens_from == "frames"  # until the finish frame counts them
+    meter.feed(_llamacpp_completion("", {"completion_tokens": 4, "prompt_tokens": 3,
+                                         "total_tokens": 7}), 0.3)
+    meter.feed(b"data: [DONE]\n\n", 0.3)
+    timing = meter.timer.timing()
+    assert (timing.tokens_from, timing.frames, timing.tokens) == ("final_usage", 3, 4)
+    assert timing.decode_tokens_per_second is None and meter.prompt_tokens == 3
+
+
+def test_tokens_from_frames_when_the_stream_never_counts():
+    meter = StreamMeter(sent_at=0.0)
+    for at in (0.1, 0.2, 0.35):
+        meter.feed(_llamacpp_completion("x"), at)
+    meter.feed(b"data: [DONE]\n\n", 0.4)
+    timing = meter.timer.timing()
+    assert (timing.tokens_from, timing.frames, timing.tokens) == ("frames", 3, None)
+    assert timing.max_gap_seconds == pytest.approx(0.15)
+
+
+def test_tokens_from_native_frames_is_continuous():
+    meter = StreamMeter(sent_at=0.0)
+    meter.feed(native(2) + native(4), 0.1)
+    assert meter.timer.tokens_from == "continuous_usage"
