@@ -83,7 +83,9 @@ class WebhookReceiver:
     async def start(self) -> None:
         app = web.Application()
         app.router.add_post("/{path:.*}", self._receive)
-        self._runner = web.AppRunner(app)
+        # Alertmanager holds no request open: the stop need not wait out aiohttp's
+        # 60 s default for handlers in flight.
+        self._runner = web.AppRunner(app, shutdown_timeout=0.2)
         await self._runner.setup()
         site = web.TCPSite(self._runner, "127.0.0.1", 0)
         await site.start()
@@ -131,10 +133,26 @@ class Monitoring:
                 [{"targets": [address], "labels": {"rig": rig}}]))
 
     def start(self, remote_write_url: str | None = None) -> None:
+        self.launch(remote_write_url)
+        self.wait_ready()
+
+    def launch(self, remote_write_url: str | None = None) -> None:
+        """Start both without waiting for them: `wait_ready` waits, and may run in
+        another thread, so that a Ctrl-C meanwhile is heard (rigctl demo)."""
         self.workdir.mkdir(parents=True, exist_ok=True)
         self.targets_dir.mkdir(exist_ok=True)
         self._start_alertmanager()
         self._start_prometheus(remote_write_url)
+
+    def wait_ready(self) -> None:
+        """Until both answer; NotReady (with the log) if one exits or never does."""
+        assert self.alertmanager is not None and self.prometheus is not None, "launch() first"
+        wait_ready(self.alertmanager_url + "/-/ready", self.alertmanager)
+        wait_ready(self.prometheus_url + "/-/ready", self.prometheus)
+
+    @property
+    def processes(self) -> list[Process]:
+        return [p for p in (self.prometheus, self.alertmanager) if p is not None]
 
     def _start_alertmanager(self) -> None:
         directory = self.workdir / "alertmanager"
@@ -155,7 +173,6 @@ class Monitoring:
              "--cluster.listen-address=", "--log.level=debug"],
             directory / "alertmanager.log",
         )
-        wait_ready(self.alertmanager_url + "/-/ready", self.alertmanager)
 
     def _start_prometheus(self, remote_write_url: str | None) -> None:
         directory = self.workdir / "prometheus"
@@ -175,7 +192,6 @@ class Monitoring:
              f"--web.listen-address=127.0.0.1:{port}"],
             directory / "prometheus.log",
         )
-        wait_ready(self.prometheus_url + "/-/ready", self.prometheus)
 
     def stop(self) -> None:
         for process in (self.prometheus, self.alertmanager):
