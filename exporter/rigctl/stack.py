@@ -33,16 +33,30 @@ from exporter.thresholds import Thresholds
 JOB = "rig"
 
 
+@dataclass(frozen=True)
+class Intervals:
+    """The rig's job's scrape interval and timeout, and the rules' evaluation
+    interval: 1 s for the demo and the tests (their rules are time-scaled);
+    deploy/prometheus.yml's (5 s) for a measurement at real time."""
+
+    scrape: str = "1s"
+    scrape_timeout: str = "1s"
+    evaluation: str = "1s"
+
+
 def prometheus_config(rules: Path, alertmanager: str, targets_dir: Path,
-                      remote_write_url: str | None = None) -> dict[str, Any]:
-    """deploy/prometheus.yml's layout at 1 s intervals, for a temporary Prometheus."""
+                      remote_write_url: str | None = None,
+                      intervals: Intervals = Intervals()) -> dict[str, Any]:
+    """deploy/prometheus.yml's layout at `intervals`, for a temporary Prometheus."""
     config: dict[str, Any] = {
-        "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
+        "global": {"scrape_interval": intervals.scrape,
+                   "evaluation_interval": intervals.evaluation},
         "rule_files": [str(rules)],
         "alerting": {"alertmanagers": [{"static_configs": [{"targets": [alertmanager]}]}]},
         "scrape_configs": [{
             "job_name": JOB,
-            "scrape_timeout": "1s",
+            "scrape_interval": intervals.scrape,
+            "scrape_timeout": intervals.scrape_timeout,
             "file_sd_configs": [{"files": [str(targets_dir / "*.yml")],
                                  "refresh_interval": "1s"}],
         }],
@@ -120,6 +134,7 @@ class Monitoring:
     alertmanager: Process | None = None
     prometheus_url: str = ""
     alertmanager_url: str = ""
+    intervals: Intervals = field(default_factory=Intervals)
 
     @property
     def targets_dir(self) -> Path:
@@ -181,7 +196,8 @@ class Monitoring:
         rules.write_text(render(self.thresholds, time_scale=self.time_scale,
                                 stall_scale=self.stall_scale))
         am = urllib.parse.urlsplit(self.alertmanager_url).netloc
-        config = prometheus_config(rules, am, self.targets_dir, remote_write_url)
+        config = prometheus_config(rules, am, self.targets_dir, remote_write_url,
+                                   self.intervals)
         (directory / "prometheus.yml").write_text(yaml.safe_dump(config, sort_keys=False))
         port = free_port()
         self.prometheus_url = f"http://127.0.0.1:{port}"

@@ -4,7 +4,7 @@ and each panel rendered over it as Grafana would query it: for the aliasing test
 (tests/dashboards/test_aliasing.py) and its before/after figures
 (bench/bench_dashboard_aliasing.py).
 
-The day is written as OpenMetrics at the deployed 15 s scrape interval and turned into
+The day is written as OpenMetrics at a 15 s scrape interval and turned into
 TSDB blocks by promtool; Prometheus serves them read from disk.
 """
 
@@ -26,7 +26,9 @@ from devtools.grafana_query import Request, request
 from exporter.process.launch import Process, free_port, wait_ready
 from exporter.thresholds import Thresholds
 
-SCRAPE_SECONDS = 15.0  # deploy/prometheus.yml and the data source's timeInterval
+# The coarser case: deploy/prometheus.yml scraped every 15 s before the rig's job went
+# to 5 s; Grafana's step is never under it (the data source's timeInterval).
+SCRAPE_SECONDS = 15.0
 STALL_SECONDS = 47.23  # docs/facts/rig.md#decode-starvation
 RESOLUTION_SECONDS = 0.5  # the tracker's poll: the stall is known to within it
 HOURS = 25
