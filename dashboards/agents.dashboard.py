@@ -2,7 +2,10 @@
 longer fits (docs/dashboards.md, docs/tap.md#agents).
 
 Every series is the stream tap's per-agent accounting (`rig_agent_*`): present only
-for an engine with a tap, one series per configured agent plus `other`.
+for an engine with a tap, one series per configured agent plus `other`. Each gauge of
+a maximum (a gap, an age, a response's size) is drawn as its highest value over each
+point's own interval (`max_over_time(...[$__interval])`), as on the overview and
+decode dashboards: a gauge drawn point-wise loses a peak that falls between points.
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ from grafanalib.core import Dashboard
 from dashboards.panels import (
     UIDS,
     Section,
+    over_interval,
     rate,
     rig_dashboard,
     sel,
@@ -24,6 +28,12 @@ from exporter.thresholds import Thresholds
 
 AGENT = "{{engine}} {{agent}}"
 POOL = "pool"
+
+
+def peak(metric: str) -> str:
+    """A gauge of a maximum, as the highest it read within each point's interval: a
+    gap, a wait or a response that peaks between two points still reaches one."""
+    return over_interval("max", sel(metric))
 
 
 def _pool_line() -> dict:
@@ -85,7 +95,7 @@ def build(t: Thresholds) -> Dashboard:
             f" ({t.decode_stutter_seconds:g} s) and starvation"
             f" ({t.decode_stall_critical_seconds:g} s) levels.",
             "s",
-            targets((sel("rig_agent_max_token_gap_seconds"), AGENT)),
+            targets((peak("rig_agent_max_token_gap_seconds"), AGENT)),
             thresholds=steps(("orange", t.decode_stutter_seconds),
                              ("red", t.decode_stall_critical_seconds)),
             alerts=("RigDecodeStarvation",), w=8,
@@ -98,8 +108,8 @@ def build(t: Thresholds) -> Dashboard:
             f" {t.agent_hog_running_seconds // 60} min run of one agent holding the engine.",
             "s",
             targets(
-                (sel("rig_agent_longest_request_seconds"), f"{AGENT} running"),
-                (sel("rig_agent_longest_first_token_wait_seconds"),
+                (peak("rig_agent_longest_request_seconds"), f"{AGENT} running"),
+                (peak("rig_agent_longest_first_token_wait_seconds"),
                  f"{AGENT} waiting for a first token"),
             ),
             thresholds=steps(("orange", t.agent_hog_waiting_seconds),
@@ -146,8 +156,8 @@ def build(t: Thresholds) -> Dashboard:
             f" {t.agent_runaway_tokens:,}.",
             "short",
             targets(
-                (sel("rig_agent_response_tokens_max"), f"{AGENT} any"),
-                (sel("rig_agent_unbounded_response_tokens_max"), f"{AGENT} unbounded"),
+                (peak("rig_agent_response_tokens_max"), f"{AGENT} any"),
+                (peak("rig_agent_unbounded_response_tokens_max"), f"{AGENT} unbounded"),
             ),
             thresholds=steps(("orange", t.agent_runaway_tokens // 4),
                              ("red", t.agent_runaway_tokens)),

@@ -81,9 +81,9 @@ class AgentConfig:
 @dataclass(frozen=True)
 class WebConfig:
     listen_address: str = DEFAULT_LISTEN_ADDRESS
-    # Below Prometheus' default 10 s scrape timeout, so a slow source costs its
-    # own readings and not the whole scrape.
-    scrape_deadline_seconds: float = 8.0
+    # Below deploy/prometheus.yml's 5 s scrape timeout, with room to render, so a
+    # slow source costs its own readings and not the whole scrape.
+    scrape_deadline_seconds: float = 4.0
     # TLS and basic auth, in the exporter-toolkit's format (exporter/web/security.py).
     config_file: str | None = None
     # One line per request is noise at a 15 s scrape; on when debugging.

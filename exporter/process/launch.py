@@ -10,6 +10,7 @@ happens to be the working directory.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 import shutil
@@ -64,20 +65,40 @@ class Process:
     def stop(self) -> None:
         """SIGTERM to its group, then SIGKILL if it is still there 10 s later."""
         if self.popen.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(self.popen.pid, signal.SIGTERM)
+            self.signal_group(signal.SIGTERM)
             try:
                 self.popen.wait(10)
             except subprocess.TimeoutExpired:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(self.popen.pid, signal.SIGKILL)
+                self.signal_group(signal.SIGKILL)
                 self.popen.wait(5)
+
+    def signal_group(self, signum: signal.Signals) -> None:
+        """`signum` to its process group, the children it started included."""
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.popen.pid, signum)
 
     def __enter__(self) -> Process:
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+async def stop_together(processes: Sequence[Process], deadline_seconds: float) -> None:
+    """SIGTERM to every group at once, then SIGKILL to those still there after
+    `deadline_seconds`; the event loop runs meanwhile. A stop one after the other,
+    each waited for on the loop's thread, adds their stops up and starves whatever
+    they wait on in this process (the simulated engine a tap streams from)."""
+    running = [p for p in processes if p.popen.poll() is None]
+    for process in running:
+        process.signal_group(signal.SIGTERM)
+    deadline = time.monotonic() + deadline_seconds
+    while any(p.popen.poll() is None for p in running) and time.monotonic() < deadline:
+        await asyncio.sleep(0.02)
+    for process in running:
+        if process.popen.poll() is None:
+            process.signal_group(signal.SIGKILL)
+            await asyncio.to_thread(process.popen.wait, 5)
 
 
 class NotReady(RuntimeError):

@@ -13,8 +13,9 @@ life (h:mm:ss), [brackets] the scenario's seconds, and the notifications read
 as the rig's own would (alerts/timescale.py). Only decode stalls compress less
 than the rest, 2-fold at most, as the start-up line says.
 
-Ctrl-C, or a reader that stops reading (| head), stops everything it started
-(each process in its own process group) and removes its temporary directory.
+Ctrl-C, SIGTERM, or a reader that stops reading (| head), stops everything it
+started (each process in its own process group) and removes its temporary
+directory, within 2 s whatever is in flight.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ import contextlib
 import json
 import logging
 import shutil
+import signal
 import sys
 import tempfile
 import time
@@ -34,7 +36,7 @@ from pathlib import Path
 from typing import TextIO
 
 from exporter.process.endings import Interrupted, Say
-from exporter.process.launch import ExporterProcess, Process, start_exporter
+from exporter.process.launch import ExporterProcess, Process, start_exporter, stop_together
 from exporter.rigctl.common import EXIT_ENDINGS, EXIT_OK, EXIT_UNKNOWN
 from exporter.rigctl.stack import Monitoring, Notification, WebhookReceiver
 from exporter.sim.rig.simrig import SimRig
@@ -62,6 +64,12 @@ NOTIFY_SECONDS = 45.0
 # Until Prometheus scrapes the exporter; then a minute of the rig's healthy life.
 STARTUP_SECONDS = 60.0
 WARMUP_SECONDS = 60.0
+# The stop, from the signal: the tour has this long to end at its cancellation
+# (whatever it awaits); then every process it started gets SIGTERM at once, and
+# SIGKILL if still there after CHILDREN_STOP_SECONDS. The sum stays under the 2 s a
+# stop may take (docs/rigctl.md#how-the-demo-stops).
+TOUR_CANCEL_SECONDS = 0.2
+CHILDREN_STOP_SECONDS = 1.0
 
 
 EXIT_CODES = f"""exit status:
@@ -106,13 +114,12 @@ def run(args: argparse.Namespace, out: TextIO) -> int:
     try:
         with _server_errors_logged_to(demo.directory / "servers.log"):
             asyncio.run(demo.main())
-    except KeyboardInterrupt:
-        raise Interrupted("rigctl demo: stopped by Ctrl-C; everything it started is "
-                          "gone") from None
-    except asyncio.CancelledError:
-        if not demo.say_line.closed:
-            raise
+    except KeyboardInterrupt:  # before the demo heard signals itself: asyncio.run's
+        demo.stopped_by = demo.stopped_by or "Ctrl-C"
     demo.say_line.raise_if_closed()  # its reader went away: the tour was cut short
+    if demo.stopped_by is not None:
+        raise Interrupted(f"rigctl demo: stopped by {demo.stopped_by}; everything it "
+                          "started is gone")
     return EXIT_OK
 
 
@@ -167,9 +174,16 @@ class Demo:
         self.speed = speed
         self.stall_scale = min(speed, MAX_STALL_SCALE)
         self.want_monitoring = monitoring
-        # A closed pipe cancels the tour, whose clean-up then stops everything.
-        self.say_line = Say(out, on_closed=self._cut_short)
-        self._tour: asyncio.Task[None] | None = None
+        # A closed pipe stops the tour, as a signal does.
+        self.say_line = Say(out, on_closed=lambda: self._stop.set())
+        self._stop = asyncio.Event()
+        #: The signal that stopped the demo (Ctrl-C, SIGTERM), None if none did.
+        self.stopped_by: str | None = None
+        # What the tour started, for the stop to end.
+        self.exporter: ExporterProcess | None = None
+        self.monitoring: Monitoring | None = None
+        self.receiver = WebhookReceiver(on_notification=self._notified)
+        self.watcher: asyncio.Task[None] | None = None
         self.directory = Path(tempfile.mkdtemp(prefix="rigctl-demo-"))
         # Its clock starts now: the demo's clock is the rig's.
         self.rig = SimRig(self.speed, directory=self.directory / "rig", say=self.say,
@@ -186,59 +200,87 @@ class Demo:
         minutes, seconds = divmod(int(self.rig.clock.now()), 60)
         self.say_line(f"{minutes // 60}:{minutes % 60:02}:{seconds:02}  {line}")
 
-    def _cut_short(self) -> None:
-        if self._tour is not None:
-            self._tour.cancel()
+    def _signalled(self, signum: signal.Signals) -> None:
+        self.stopped_by = self.stopped_by or ("Ctrl-C" if signum == signal.SIGINT
+                                              else signum.name)
+        self._stop.set()
 
     async def main(self) -> None:
-        self._tour = asyncio.current_task()
-        directory, rig = self.directory, self.rig
-        exporter: ExporterProcess | None = None
-        monitoring: Monitoring | None = None
-        receiver = WebhookReceiver(on_notification=self._notified)
-        watcher: asyncio.Task[None] | None = None
+        """The tour until it ends or a signal or a closed pipe stops it; then the stop.
+
+        The stop does not rely on the tour's cancellation reaching the end of the
+        tour: whatever the tour awaits when it comes (a stream, a scenario's fault, a
+        thread waiting for Prometheus), the tour gets TOUR_CANCEL_SECONDS to end, and
+        the stop goes on without it. The processes stop together, on the loop, so the
+        simulated engine keeps serving the exporter's tap while the exporter stops."""
+        loop = asyncio.get_running_loop()
+        signals = (signal.SIGINT, signal.SIGTERM)
+        for signum in signals:
+            loop.add_signal_handler(signum, self._signalled, signum)
+        tour = asyncio.create_task(self._tour(), name="demo tour")
+        stop = asyncio.create_task(self._stop.wait(), name="demo stop")
         try:
-            await rig.start()
-            # Started in this thread, waited for in another: the exporter dies with
-            # the thread that started it (launch.Process).
-            exporter = start_exporter(rig.exporter_args(compress_stall_window=True),
-                                      directory / "rig", wait=False)
-            await asyncio.to_thread(exporter.wait_ready)
-            address = exporter.address
-            processes = [exporter]
-            if self.want_monitoring and _installed():
-                await receiver.start()
-                monitoring = Monitoring(directory / "monitoring", self.speed, receiver.url,
-                                        stall_scale=rig.stall_scale)
-                # In this thread: its processes die with the thread that started them.
-                monitoring.start()
-                monitoring.write_targets([("demo", address)])
-                processes += [p for p in (monitoring.prometheus, monitoring.alertmanager) if p]
-                watcher = asyncio.create_task(self._watch_alerts(monitoring))
-                self.fired = []
-            else:
-                if self.want_monitoring:
-                    self.say("Prometheus or Alertmanager is not installed (./setup.sh installs"
-                             " them): showing the exporter's readings instead of alerts")
-                watcher = asyncio.create_task(self._watch_exporter(address))
-            self._ready(address, monitoring, processes)
-            await self._warm_up(monitoring)
-            for scenario in self.scenarios:
-                await self._play(scenario, rig)
-            await self._settle()
-            self.say("tour done")
+            await asyncio.wait([tour, stop], return_when=asyncio.FIRST_COMPLETED)
+            if tour.done() and not tour.cancelled():
+                tour.result()  # its failure, if it failed
         finally:
-            if watcher is not None:
-                watcher.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await watcher
-            if monitoring is not None:
-                monitoring.stop()
-            if exporter is not None:
-                exporter.stop()
-            await receiver.stop()
-            await rig.stop()
-            shutil.rmtree(directory, ignore_errors=True)
+            stop.cancel()
+            tour.cancel()
+            await asyncio.wait([tour], timeout=TOUR_CANCEL_SECONDS)
+            await self._stop_everything()
+            for signum in signals:
+                loop.remove_signal_handler(signum)
+
+    async def _stop_everything(self) -> None:
+        if self.watcher is not None:
+            self.watcher.cancel()
+        if self.rig.agents is not None:
+            self.rig.agents.hang_up()  # their streams through the tap end first
+        processes: list[Process] = [*([self.exporter] if self.exporter else []),
+                                    *(self.monitoring.processes if self.monitoring else [])]
+        results = await asyncio.gather(stop_together(processes, CHILDREN_STOP_SECONDS),
+                                       self.receiver.stop(), self.rig.stop(),
+                                       return_exceptions=True)
+        shutil.rmtree(self.directory, ignore_errors=True)
+        for result in results:
+            if isinstance(result, BaseException):
+                raise result
+
+    async def _tour(self) -> None:
+        directory, rig = self.directory, self.rig
+        await rig.start()
+        # Started in this thread, waited for in another: the exporter dies with
+        # the thread that started it (launch.Process).
+        exporter = self.exporter = start_exporter(
+            rig.exporter_args(compress_stall_window=True), directory / "rig", wait=False)
+        await asyncio.to_thread(exporter.wait_ready)
+        address = exporter.address
+        processes: list[Process] = [exporter]
+        monitoring = None
+        if self.want_monitoring and _installed():
+            await self.receiver.start()
+            monitoring = self.monitoring = Monitoring(
+                directory / "monitoring", self.speed, self.receiver.url,
+                stall_scale=rig.stall_scale)
+            # Started in this thread (its processes die with the thread that started
+            # them), waited for in another, so that a signal meanwhile is heard.
+            monitoring.launch()
+            await asyncio.to_thread(monitoring.wait_ready)
+            monitoring.write_targets([("demo", address)])
+            processes += monitoring.processes
+            self.watcher = asyncio.create_task(self._watch_alerts(monitoring))
+            self.fired = []
+        else:
+            if self.want_monitoring:
+                self.say("Prometheus or Alertmanager is not installed (./setup.sh installs"
+                         " them): showing the exporter's readings instead of alerts")
+            self.watcher = asyncio.create_task(self._watch_exporter(address))
+        self._ready(address, monitoring, processes)
+        await self._warm_up(monitoring)
+        for scenario in self.scenarios:
+            await self._play(scenario, rig)
+        await self._settle()
+        self.say("tour done")
 
     async def _play(self, scenario: Scenario, rig: SimRig) -> None:
         """The scenario's timeline; the rig says each step, the watcher each alert."""

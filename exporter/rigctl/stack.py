@@ -33,16 +33,30 @@ from exporter.thresholds import Thresholds
 JOB = "rig"
 
 
+@dataclass(frozen=True)
+class Intervals:
+    """The rig's job's scrape interval and timeout, and the rules' evaluation
+    interval: 1 s for the demo and the tests (their rules are time-scaled);
+    deploy/prometheus.yml's (5 s) for a measurement at real time."""
+
+    scrape: str = "1s"
+    scrape_timeout: str = "1s"
+    evaluation: str = "1s"
+
+
 def prometheus_config(rules: Path, alertmanager: str, targets_dir: Path,
-                      remote_write_url: str | None = None) -> dict[str, Any]:
-    """deploy/prometheus.yml's layout at 1 s intervals, for a temporary Prometheus."""
+                      remote_write_url: str | None = None,
+                      intervals: Intervals = Intervals()) -> dict[str, Any]:
+    """deploy/prometheus.yml's layout at `intervals`, for a temporary Prometheus."""
     config: dict[str, Any] = {
-        "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
+        "global": {"scrape_interval": intervals.scrape,
+                   "evaluation_interval": intervals.evaluation},
         "rule_files": [str(rules)],
         "alerting": {"alertmanagers": [{"static_configs": [{"targets": [alertmanager]}]}]},
         "scrape_configs": [{
             "job_name": JOB,
-            "scrape_timeout": "1s",
+            "scrape_interval": intervals.scrape,
+            "scrape_timeout": intervals.scrape_timeout,
             "file_sd_configs": [{"files": [str(targets_dir / "*.yml")],
                                  "refresh_interval": "1s"}],
         }],
@@ -83,7 +97,9 @@ class WebhookReceiver:
     async def start(self) -> None:
         app = web.Application()
         app.router.add_post("/{path:.*}", self._receive)
-        self._runner = web.AppRunner(app)
+        # Alertmanager holds no request open: the stop need not wait out aiohttp's
+        # 60 s default for handlers in flight.
+        self._runner = web.AppRunner(app, shutdown_timeout=0.2)
         await self._runner.setup()
         site = web.TCPSite(self._runner, "127.0.0.1", 0)
         await site.start()
@@ -118,6 +134,7 @@ class Monitoring:
     alertmanager: Process | None = None
     prometheus_url: str = ""
     alertmanager_url: str = ""
+    intervals: Intervals = field(default_factory=Intervals)
 
     @property
     def targets_dir(self) -> Path:
@@ -131,10 +148,26 @@ class Monitoring:
                 [{"targets": [address], "labels": {"rig": rig}}]))
 
     def start(self, remote_write_url: str | None = None) -> None:
+        self.launch(remote_write_url)
+        self.wait_ready()
+
+    def launch(self, remote_write_url: str | None = None) -> None:
+        """Start both without waiting for them: `wait_ready` waits, and may run in
+        another thread, so that a Ctrl-C meanwhile is heard (rigctl demo)."""
         self.workdir.mkdir(parents=True, exist_ok=True)
         self.targets_dir.mkdir(exist_ok=True)
         self._start_alertmanager()
         self._start_prometheus(remote_write_url)
+
+    def wait_ready(self) -> None:
+        """Until both answer; NotReady (with the log) if one exits or never does."""
+        assert self.alertmanager is not None and self.prometheus is not None, "launch() first"
+        wait_ready(self.alertmanager_url + "/-/ready", self.alertmanager)
+        wait_ready(self.prometheus_url + "/-/ready", self.prometheus)
+
+    @property
+    def processes(self) -> list[Process]:
+        return [p for p in (self.prometheus, self.alertmanager) if p is not None]
 
     def _start_alertmanager(self) -> None:
         directory = self.workdir / "alertmanager"
@@ -155,7 +188,6 @@ class Monitoring:
              "--cluster.listen-address=", "--log.level=debug"],
             directory / "alertmanager.log",
         )
-        wait_ready(self.alertmanager_url + "/-/ready", self.alertmanager)
 
     def _start_prometheus(self, remote_write_url: str | None) -> None:
         directory = self.workdir / "prometheus"
@@ -164,7 +196,8 @@ class Monitoring:
         rules.write_text(render(self.thresholds, time_scale=self.time_scale,
                                 stall_scale=self.stall_scale))
         am = urllib.parse.urlsplit(self.alertmanager_url).netloc
-        config = prometheus_config(rules, am, self.targets_dir, remote_write_url)
+        config = prometheus_config(rules, am, self.targets_dir, remote_write_url,
+                                   self.intervals)
         (directory / "prometheus.yml").write_text(yaml.safe_dump(config, sort_keys=False))
         port = free_port()
         self.prometheus_url = f"http://127.0.0.1:{port}"
@@ -175,7 +208,6 @@ class Monitoring:
              f"--web.listen-address=127.0.0.1:{port}"],
             directory / "prometheus.log",
         )
-        wait_ready(self.prometheus_url + "/-/ready", self.prometheus)
 
     def stop(self) -> None:
         for process in (self.prometheus, self.alertmanager):

@@ -1,9 +1,10 @@
-"""A day of the stall tracker's gauges with one 47 s stall (docs/facts/rig.md), in a real
-Prometheus, and each panel rendered over it as Grafana would query it: for the
-aliasing test (tests/dashboards/test_aliasing.py) and its before/after figures
+"""A day of the stall tracker's gauges with one 47 s stall (docs/facts/rig.md), and of
+the tap's per-agent maxima with one agent holding the engine, in a real Prometheus,
+and each panel rendered over it as Grafana would query it: for the aliasing test
+(tests/dashboards/test_aliasing.py) and its before/after figures
 (bench/bench_dashboard_aliasing.py).
 
-The day is written as OpenMetrics at the deployed 15 s scrape interval and turned into
+The day is written as OpenMetrics at a 15 s scrape interval and turned into
 TSDB blocks by promtool; Prometheus serves them read from disk.
 """
 
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import re
 import shutil
 import subprocess
 import time
@@ -24,7 +26,9 @@ from devtools.grafana_query import Request, request
 from exporter.process.launch import Process, free_port, wait_ready
 from exporter.thresholds import Thresholds
 
-SCRAPE_SECONDS = 15.0  # deploy/prometheus.yml and the data source's timeInterval
+# The coarser case: deploy/prometheus.yml scraped every 15 s before the rig's job went
+# to 5 s; Grafana's step is never under it (the data source's timeInterval).
+SCRAPE_SECONDS = 15.0
 STALL_SECONDS = 47.23  # docs/facts/rig.md#decode-starvation
 RESOLUTION_SECONDS = 0.5  # the tracker's poll: the stall is known to within it
 HOURS = 25
@@ -38,6 +42,24 @@ PHASE_SECONDS = 900 / RENDERS
 STALL_FAMILIES = ("rig_engine_decode_stall_seconds", "rig_engine_decode_stall_max_seconds")
 CRITICAL = Thresholds().decode_stall_critical_seconds
 WINDOW = Thresholds().decode_stall_window_seconds
+# The tap's longest gap covers its last minute (exporter/tap/tally.py).
+TAP_GAP_WINDOW_SECONDS = 60.0
+# The agents' events, each a minute past its line: analyst's answer runs 11 min at
+# 70 tok/s (docs/facts/rig.md#workload: 62-88 tok/s alone), creative waits 3 min for
+# its first token, and analyst's stream stands still for the 47 s stall.
+HOG_SECONDS = Thresholds().agent_hog_running_seconds + 60.0
+WAIT_SECONDS = Thresholds().agent_hog_waiting_seconds + 60.0
+HOG_TOKENS_PER_SECOND = 70.0
+#: Each agents' gauge of a maximum: the agent it is drawn for and the line its event
+#: must reach on every render.
+AGENT_MAXIMA = {
+    "rig_agent_max_token_gap_seconds": ("analyst", CRITICAL),
+    "rig_agent_longest_request_seconds": ("analyst", Thresholds().agent_hog_running_seconds),
+    "rig_agent_longest_first_token_wait_seconds": ("creative",
+                                                   Thresholds().agent_hog_waiting_seconds),
+    "rig_agent_response_tokens_max": ("analyst", Thresholds().agent_runaway_tokens),
+    "rig_agent_unbounded_response_tokens_max": ("analyst", Thresholds().agent_runaway_tokens),
+}
 
 
 def _gauges(t: float, stall_at: float) -> dict[str, float]:
@@ -54,6 +76,20 @@ def _gauges(t: float, stall_at: float) -> dict[str, float]:
     }
 
 
+def _agent_gauges(t: float, event_at: float) -> dict[str, float]:
+    """The tap's per-agent maxima at `t`, for the events above from `event_at`."""
+    into = t - event_at
+    gap = min(into, STALL_SECONDS) if 0 <= into < STALL_SECONDS + TAP_GAP_WINDOW_SECONDS else 0.0
+    running = into if 0 <= into < HOG_SECONDS else 0.0
+    return {
+        "rig_agent_max_token_gap_seconds": gap,
+        "rig_agent_longest_request_seconds": running,
+        "rig_agent_longest_first_token_wait_seconds": into if 0 <= into < WAIT_SECONDS else 0.0,
+        "rig_agent_response_tokens_max": running * HOG_TOKENS_PER_SECOND,
+        "rig_agent_unbounded_response_tokens_max": running * HOG_TOKENS_PER_SECOND,
+    }
+
+
 def _openmetrics(start: float, stall_at: float) -> str:
     samples: dict[str, list[str]] = {}
     t = start
@@ -62,6 +98,9 @@ def _openmetrics(start: float, stall_at: float) -> str:
             labels = f'job="rig",instance="rig:9464",rig="r{i}",engine="main",kind="sglang"'
             for name, value in _gauges(t, stall_at + i * PHASE_SECONDS).items():
                 samples.setdefault(name, []).append(f"{name}{{{labels}}} {value} {t:.3f}")
+            for name, value in _agent_gauges(t, stall_at + i * PHASE_SECONDS).items():
+                agent = f'{labels},agent="{AGENT_MAXIMA[name][0]}"'
+                samples.setdefault(name, []).append(f"{name}{{{agent}}} {value} {t:.3f}")
         t += SCRAPE_SECONDS
     lines = []
     for name, rows in samples.items():
@@ -138,3 +177,18 @@ def _panels(dashboard: dict[str, Any]) -> Iterator[dict[str, Any]]:
     for panel in dashboard["panels"]:
         yield panel
         yield from panel.get("panels", [])
+
+
+def agent_maxima(dashboards: list[dict[str, Any]]) -> dict[str, tuple[dict[str, Any], float]]:
+    """Each query of the agents dashboard that draws a gauge of a maximum, by
+    "panel › family", as a panel of that query alone, with the line it must reach."""
+    found = {}
+    for d in dashboards:
+        if d["uid"] != "rig-agents":
+            continue
+        for p in _panels(d):
+            for t in p.get("targets", []):
+                for family, (_, line) in AGENT_MAXIMA.items():
+                    if re.search(rf"\b{family}\b", t.get("expr", "")):
+                        found[f"{p['title']} › {family}"] = ({**p, "targets": [t]}, line)
+    return found

@@ -8,6 +8,10 @@ step from the range and the panel's maxDataPoints, start and end rounded to it),
 renders whose end moves through one step, and the panel must reach the 10 s starvation
 line in every one of them. With grafanalib's maxDataPoints of 100 and plain gauges,
 the tracker's line showed in a third of 6 h renders (bench/bench_dashboard_aliasing.py).
+
+The agents dashboard's gauges of a maximum likewise (the longest gap, the oldest request
+and first-token wait, the largest response): each event of the day, one agent holding
+the engine 11 minutes while another waits 3, must reach its alert's line in every render.
 """
 
 from __future__ import annotations
@@ -22,12 +26,14 @@ from tests.dashboards.stall_day import (
     RANGES,
     RENDERS,
     Prometheus,
+    agent_maxima,
     renders,
     stall_day,
     stall_panels,
 )
 
 PANELS = stall_panels(committed())
+AGENT_MAXIMA = agent_maxima(committed())
 
 
 @pytest.fixture(scope="module")
@@ -50,3 +56,23 @@ def test_a_47s_stall_shows_at_every_range(prometheus: Prometheus, title: str,
     missed = [value for value in highest if value < CRITICAL]
     assert not missed, (f"{title} at {span}: the stall reads {highest} s, under"
                         f" {CRITICAL:g} s in {len(missed)} of {RENDERS} renders")
+
+
+def test_the_agents_maxima_are_found() -> None:
+    assert {"Longest token gap per agent › rig_agent_max_token_gap_seconds",
+            "Requests in flight and their age › rig_agent_longest_request_seconds",
+            "Requests in flight and their age › rig_agent_longest_first_token_wait_seconds",
+            "Largest response in flight › rig_agent_response_tokens_max",
+            "Largest response in flight › rig_agent_unbounded_response_tokens_max",
+            } == set(AGENT_MAXIMA), sorted(AGENT_MAXIMA)
+
+
+@pytest.mark.parametrize("span", sorted(RANGES))
+@pytest.mark.parametrize("query", sorted(AGENT_MAXIMA))
+def test_an_agents_peak_shows_at_every_range(prometheus: Prometheus, query: str,
+                                             span: str) -> None:
+    panel, line = AGENT_MAXIMA[query]
+    highest = renders(prometheus, panel, RANGES[span])
+    missed = [value for value in highest if value < line]
+    assert not missed, (f"{query} at {span}: the peak reads {highest}, under {line:g}"
+                        f" in {len(missed)} of {RENDERS} renders")

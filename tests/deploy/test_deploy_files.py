@@ -12,9 +12,11 @@ from pathlib import Path
 import pytest
 import yaml
 
+from alerts.timescale import seconds
 from exporter.config import WebConfig
 from exporter.process.open_files import RESERVED_FOR_SOURCES
 from exporter.rigctl.stack import prometheus_config
+from exporter.thresholds import Thresholds
 
 REPO = Path(__file__).resolve().parents[2]
 DEPLOY = REPO / "deploy"
@@ -123,3 +125,32 @@ def test_the_demo_prometheus_has_the_deployed_layout(tmp_path: Path) -> None:
         assert ours.keys() == theirs.keys()
     assert demo["scrape_configs"][0]["file_sd_configs"][0]["files"] == [
         str(tmp_path / "targets" / "*.yml")]
+
+
+# --- the page's latency as deployed (docs/alerts.md#why-the-stall-alerts-do-not-hold) ---
+
+def test_the_rigs_job_is_scraped_and_evaluated_every_5_s() -> None:
+    config = yaml.safe_load((DEPLOY / "prometheus.yml").read_text())
+    job = next(j for j in config["scrape_configs"] if j["job_name"] == "rig")
+    assert seconds(job["scrape_interval"]) == 5
+    assert seconds(config["global"]["evaluation_interval"]) == 5
+    # Prometheus refuses a timeout over the interval; the exporter's per-source
+    # deadline must leave it room to render.
+    assert WebConfig.scrape_deadline_seconds < seconds(job["scrape_timeout"]) <= 5
+
+
+def test_a_stall_pages_within_30_s_of_its_start_at_worst() -> None:
+    prometheus = yaml.safe_load((DEPLOY / "prometheus.yml").read_text())
+    job = next(j for j in prometheus["scrape_configs"] if j["job_name"] == "rig")
+    routing = yaml.safe_load((REPO / "alerts" / "alertmanager.yml").read_text())
+    pager = next(r for r in routing["route"]["routes"] if r["receiver"] == "rig-pager")
+    group_wait = seconds(pager["group_wait"])
+    # Not 0: an inhibiting alert of the same evaluation round arrives first.
+    assert 0 < group_wait <= 5
+    # Sane: one fault is one page an hour at most, groups not resent every round.
+    assert seconds(pager["repeat_interval"]) >= 3600
+    assert seconds(routing["route"]["group_interval"]) >= 60
+    assert Thresholds().decode_starvation_for_seconds == 0
+    worst = (Thresholds().decode_stall_critical_seconds + seconds(job["scrape_interval"])
+             + seconds(prometheus["global"]["evaluation_interval"]) + group_wait)
+    assert worst < 30, worst
