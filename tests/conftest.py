@@ -12,9 +12,7 @@ from pathlib import Path
 import pytest
 
 from tests.e2e import report as e2e_report
-
-FIXTURES = Path(__file__).parent / "fixtures"
-SYSFS_FIXTURE = FIXTURES / "sys"
+from tests.support.sysfs_tree import SYSFS_FIXTURE
 
 
 @pytest.fixture
@@ -22,15 +20,6 @@ def sysfs_root(tmp_path: Path) -> Path:
     root = tmp_path / "sys"
     shutil.copytree(SYSFS_FIXTURE, root, symlinks=True)
     return root
-
-
-def card_device(root: Path, card: str) -> Path:
-    """The PCI device directory behind class/drm/<card>/device, inside `root`."""
-    return (root / "class" / "drm" / card / "device").resolve()
-
-
-def hwmon_dir(root: Path, card: str) -> Path:
-    return next((card_device(root, card) / "hwmon").iterdir())
 
 
 @pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups

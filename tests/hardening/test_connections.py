@@ -21,9 +21,9 @@ from aiohttp import web
 
 from exporter.process.launch import free_port, start_exporter
 from exporter.web.listener import HEAD_DEADLINE_SECONDS, Listener
-from tests.conftest import SYSFS_FIXTURE
 from tests.hardening.hostile import SOURCE_UP, Scraper, open_idle, wait_closed
 from tests.support.event_loop import exporter_python
+from tests.support.sysfs_tree import SYSFS_FIXTURE
 
 pytestmark = pytest.mark.long_running(42)
 

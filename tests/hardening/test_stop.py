@@ -19,9 +19,9 @@ import pytest
 from exporter.process.launch import free_port, start_exporter
 from exporter.sim.engine.state import SimEngine
 from exporter.sim.rig.procfs_writer import HostSpec, write_proc
-from tests.conftest import card_device
 from tests.support.event_loop import exporter_python
 from tests.support.process import SimThread
+from tests.support.sysfs_tree import card_device
 
 STOP_BOUND_SECONDS = 2.0
 
