@@ -26,7 +26,7 @@ from loopback import ROOT, start_sim_engine
 
 from exporter.process.launch import start_exporter
 
-sys.path.insert(0, str(ROOT))  # tests.health.rig, for the in-process half
+sys.path.insert(0, str(ROOT))  # tests.support.rig_readings, for the in-process half
 FIXTURE = ROOT / "tests" / "fixtures" / "sys"
 
 
@@ -57,7 +57,7 @@ def over_http(requests: int) -> None:
 
 
 def in_process(rounds: int) -> None:
-    from tests.health.rig import Rig, Watch, card, engine, probe
+    from tests.support.rig_readings import Rig, Watch, card, engine, probe
 
     watch = Watch()
     rig = Rig(engines=[engine(hicache_host_capacity_tokens=319193.0,

@@ -5,7 +5,7 @@ Starts `python -m exporter.sim.engine.server` at a time scale and runs the exper
 (/generate, a 2,000-token context, decoding), B sends a fresh 64K prompt 5 simulated
 seconds after A's first token. It prints, per policy: A's longest gap and B's TTFT
 as the client measured them (real seconds times the scale; the model's own figures
-are `exporter.sim.engine.scheduler.STARVATION_TABLE`), the server process's CPU time
+are `tests.support.sim_starvation.STARVATION_TABLE`), the server process's CPU time
 per simulated minute (from /proc/<pid>/stat), which says how fast a time scale the
 machine can keep up with, and the decode batches the server ran.
 

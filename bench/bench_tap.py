@@ -50,6 +50,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from exporter.process.launch import Process, free_port, start_exporter, wait_ready  # noqa: E402
+from tests.support.event_loop import exporter_python  # noqa: E402
 
 TICKS = os.sysconf("SC_CLK_TCK")
 
@@ -352,7 +353,7 @@ def main() -> None:
         ["--no-collector.gpu", "--no-collector.host", "--log.level", "warning",
          "--engine", f"main=http://127.0.0.1:{engine_port},stall_tracker=false,"
                      f"tap_listen_address=127.0.0.1:{tap_port}"],
-        None, wait=False, uvloop=not args.no_uvloop)
+        None, wait=False, python=exporter_python(not args.no_uvloop))
     # What exporter.process.event_loop picks in the child.
     loop = "uvloop" if not args.no_uvloop and importlib.util.find_spec("uvloop") else "asyncio"
     direct = Relay("direct", f"http://127.0.0.1:{engine_port}")

@@ -82,6 +82,22 @@ def module_graph(found: Mapping[str, Path]) -> dict[str, set[str]]:
     return dict(graph)
 
 
+def closure(roots: Iterable[str], graph: Graph) -> set[str]:
+    """Every module that importing `roots` runs: what they import, transitively, and the
+    packages each one stands in (importing `a.b.c` runs `a` and `a.b` first)."""
+    seen: set[str] = set()
+    waiting = list(roots)
+    while waiting:
+        name = waiting.pop()
+        if name in seen:
+            continue
+        seen.add(name)
+        parts = name.split(".")
+        waiting += [".".join(parts[:i]) for i in range(1, len(parts))]
+        waiting += graph.get(name, ())
+    return {name for name in seen if name in graph}
+
+
 def package_of(name: str, found: Mapping[str, Path]) -> str:
     return name if _is_package(found[name]) else name.rpartition(".")[0] or name
 

@@ -14,9 +14,7 @@ import pytest
 
 from tests.e2e import report as e2e_report
 from tests.support.cpu_load import busy_cores
-
-FIXTURES = Path(__file__).parent / "fixtures"
-SYSFS_FIXTURE = FIXTURES / "sys"
+from tests.support.sysfs_tree import SYSFS_FIXTURE
 
 
 @pytest.fixture
@@ -24,15 +22,6 @@ def sysfs_root(tmp_path: Path) -> Path:
     root = tmp_path / "sys"
     shutil.copytree(SYSFS_FIXTURE, root, symlinks=True)
     return root
-
-
-def card_device(root: Path, card: str) -> Path:
-    """The PCI device directory behind class/drm/<card>/device, inside `root`."""
-    return (root / "class" / "drm" / card / "device").resolve()
-
-
-def hwmon_dir(root: Path, card: str) -> Path:
-    return next((card_device(root, card) / "hwmon").iterdir())
 
 
 #: The two loads a timing-sensitive test runs under: the default suite runs it quiet,

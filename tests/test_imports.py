@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from devtools.imports import circles, module_graph, modules, package_graph
+from devtools.imports import circles, closure, module_graph, modules, package_graph
 
 
 def test_the_module_graph_has_no_circle() -> None:
@@ -57,3 +57,9 @@ def test_the_map_names_every_module() -> None:
         and not path.name.endswith(".dashboard.py")
         and f"`{path.stem}`" not in section and path.name not in section]
     assert missing == []
+
+
+def test_the_closure_runs_what_an_import_runs() -> None:
+    graph = {"a": set(), "a.b": {"c"}, "a.b.d": set(), "c": set(), "e": set()}
+    assert closure(["a.b"], graph) == {"a", "a.b", "c"}
+    assert closure(["a.b.d"], graph) == {"a", "a.b", "a.b.d", "c"}

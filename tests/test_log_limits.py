@@ -22,7 +22,7 @@ from exporter.process.log_limits import (
     shorten,
 )
 from exporter.snapshot import SourceError, SourceRunner
-from tests.engines.test_stall import FakeClock as Clock
+from tests.support.clock import FakeClock as Clock
 
 HOUR = 3600.0
 

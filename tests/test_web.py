@@ -16,8 +16,8 @@ from exporter.runtime import Exporter
 from exporter.sim.rig.procfs_writer import HostSpec, write_proc
 from exporter.sim.rig.sysfs_writer import remove_card
 from exporter.snapshot import SourceError
-from tests.conftest import SYSFS_FIXTURE, card_device, hwmon_dir
 from tests.scrape import get, names, parse_samples, serving, value
+from tests.support.sysfs_tree import SYSFS_FIXTURE, card_device, hwmon_dir
 
 # Every GPU family of docs/metrics.md that a 7900 XTX on kernel 6.6+ fills (counters by their
 # sample name; rig_gpu_energy_joules_total needs firmware that fills the accumulator).

@@ -25,9 +25,8 @@ import urllib.request
 from collections.abc import Sequence
 from pathlib import Path
 
-# `import uvloop` fails where sys.modules holds None for it: asyncio's loop serves.
-WITHOUT_UVLOOP = ("import sys; sys.modules['uvloop'] = None; import runpy;"
-                  " runpy.run_module('exporter', run_name='__main__')")
+#: The interpreter's arguments that run the installed exporter.
+EXPORTER_MODULE = ("-m", "exporter")
 
 
 def free_port() -> int:
@@ -134,12 +133,12 @@ class ExporterProcess(Process):
     """A `rig-exporter` child and where it listens."""
 
     def __init__(self, args: Sequence[str], log_dir: Path | None, address: str, scheme: str,
-                 uvloop: bool, name: str, open_files: tuple[int, int] | None = None) -> None:
+                 python: Sequence[str], name: str,
+                 open_files: tuple[int, int] | None = None) -> None:
         host, port = address.rsplit(":", 1)
         self.address = address
         # An empty host listens on every interface; loopback reaches it.
         self.url = f"{scheme}://{host or '127.0.0.1'}:{port}"
-        python = ["-m", "exporter"] if uvloop else ["-c", WITHOUT_UVLOOP]
         log_path = log_dir / f"{name}-{port}.log" if log_dir is not None else None
         # prlimit (util-linux) sets the limit, then runs the exporter in its place.
         limit = ([] if open_files is None
@@ -153,15 +152,17 @@ class ExporterProcess(Process):
 
 def start_exporter(args: Sequence[str], log_dir: Path | None, *, address: str | None = None,
                    scheme: str = "http", context: ssl.SSLContext | None = None,
-                   wait: bool = True, uvloop: bool = True, name: str = "rig-exporter",
+                   wait: bool = True, python: Sequence[str] = EXPORTER_MODULE,
+                   name: str = "rig-exporter",
                    open_files: tuple[int, int] | None = None) -> ExporterProcess:
     """`rig-exporter ARGS` listening on `address` (default: a free loopback port), its
     log in `log_dir` as NAME-PORT.log. With `wait`, it returns once /-/healthy answers
-    (over TLS with `context`); `uvloop=False` serves on asyncio's loop even where
-    uvloop is installed; `open_files` (soft, hard) starts it under that RLIMIT_NOFILE,
-    as systemd's default 1024:524288 would. Use it as a context manager, or call `stop`."""
+    (over TLS with `context`); `python` is the interpreter's arguments that run it
+    (tests pass their own to choose the event loop); `open_files` (soft, hard) starts
+    it under that RLIMIT_NOFILE, as systemd's default 1024:524288 would. Use it as a
+    context manager, or call `stop`."""
     exporter = ExporterProcess(args, log_dir, address or f"127.0.0.1:{free_port()}", scheme,
-                               uvloop, name, open_files)
+                               python, name, open_files)
     if wait:
         exporter.wait_ready(context=context)
     return exporter

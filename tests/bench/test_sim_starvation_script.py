@@ -9,6 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from tests.support.sim_starvation import STARVATION_TABLE
+
 REPO = Path(__file__).resolve().parents[2]
 ROW = re.compile(r"^\| mixed-chunk \| x20 \| ([\d.]+) s \| ([\d.]+) s \| ([\d.]+) s \| (\d+) \|$")
 
@@ -26,3 +28,11 @@ def test_bench_sim_starvation_prints_a_row_per_policy() -> None:
     match = ROW.match(row)
     assert match is not None, row
     assert int(match.group(4)) > 0  # the server decoded A
+
+
+def test_bench_sim_calibration_prints_every_policy_of_the_table() -> None:
+    done = subprocess.run([sys.executable, "bench/bench_sim_calibration.py"],
+                          cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr[-2000:]
+    _header, _rule, *rows = done.stdout.splitlines()
+    assert [row.split(" | ")[0].lstrip("| ") for row in rows] == list(STARVATION_TABLE)

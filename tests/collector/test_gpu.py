@@ -5,7 +5,7 @@ from __future__ import annotations
 from exporter.sources.gpu import GpuReading
 from exporter.sources.gpu_metrics import THROTTLE_REASONS
 from tests.collector.registry import answered, collected, sample_names
-from tests.health.rig import card
+from tests.support.rig_readings import card
 
 CARD1 = {"card": "card1"}
 

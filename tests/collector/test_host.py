@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from tests.collector.registry import answered, collected, sample_names
-from tests.health.rig import GIB, host
+from tests.support.rig_readings import GIB, host
 
 
 def test_memory_swap_pressure_and_temperature() -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from exporter import __version__
 from exporter.sources.gpu import GpuReading
 from tests.collector.registry import answered, collected, failed, sample_names
-from tests.health.rig import card, engine, host
+from tests.support.rig_readings import card, engine, host
 
 
 def test_source_up_and_duration_for_every_source() -> None:

@@ -97,8 +97,8 @@ def test_the_pages_read_the_stall_in_the_rigs_time() -> None:
     assert 10 <= firing <= resolved, output
     # The resolution carries the last value seen: the tracker's whole stall, or
     # the gap of a probe that started during it (at least 3/4 of it here). A loaded
-    # box resumes the stream late (1.35 s of real time once, with six test workers
-    # busy), which reads that many seconds longer at the demo's stall scale.
+    # box can resume the stream late by a second or more of real time, which reads
+    # that many seconds longer at the demo's stall scale.
     scale = float(re.search(r"decode stalls only ([\d.]+)x", output).group(1))
     assert 0.6 * stated <= resolved <= 1.1 * stated + LATE_RESUME_SECONDS * scale, output
     assert "alert at 10s" in output  # the threshold in rig time too, not the 5 s it is here

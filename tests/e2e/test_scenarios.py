@@ -313,12 +313,12 @@ OVERVIEW = overview(TIME_SCALE, STALL_SCALE)
 # Engines tile says so; RigEngineWedged needs 5 min of failed probes. And at its heal
 # the simulated rig restores its synthetic KV load at once, while the agents' hang-up
 # reaches the engine through the tap in real time: for that moment the pool reads
-# full (seen once, with six test workers busy), far short of RigKVPoolSaturated's 5 min.
+# full, far short of RigKVPoolSaturated's 5 min.
 TILES_SHORT_OF_AN_ALERT = {"four-agents-hog": {"Engines", "KV pool"}}
 # The colour a tile may take in any scenario, because of the machine and not the rig:
 # with stalls compressed twice, the longest gap's orange step (the 2 s stutter) is 1 s
-# of real time, which a loaded 2-core box's scheduling alone reaches (a probe's gap of
-# 1.33 s, seen once with six test workers busy). Red (the starvation's 5 s) stays stray.
+# of real time, which a loaded 2-core box's scheduling alone can reach. Red (the
+# starvation's 5 s) stays stray.
 HICCUP_COLOURS = {"Decode: longest gap": "(orange)"}
 
 

@@ -10,47 +10,11 @@ import aiohttp
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from exporter.config import Config, GpuConfig, HostConfig
 from exporter.engines.source import EngineSource
-from exporter.runtime import Exporter
 from exporter.sim.engine.server import load_template, render_metrics
-from exporter.sim.engine.state import Fault, SimEngine
+from exporter.sim.engine.state import Fault
 from exporter.snapshot import SourceRunner
-from tests.engines.helpers import engine_config, running_sim
-
-HEALTHY = dict(queued=1, token_usage=0.9, hicache_host_used_tokens=318900,
-               hicache_host_total_tokens=319193, cached_tokens={"device": 120, "host": 30})
-
-
-def sim_state(**changes: object) -> SimEngine:
-    state = SimEngine(**{**HEALTHY, **changes})  # type: ignore[arg-type]
-    state.running = 2
-    return state
-
-
-async def scrape(faulty: SimEngine, deadline: float = 1.5) -> tuple[dict, str]:
-    """One exporter with a faulty engine `bad` and a healthy engine `good`; render once."""
-    async with running_sim(faulty) as bad, running_sim(sim_state()) as good:
-        config = Config(
-            gpu=GpuConfig(enabled=False), host=HostConfig(enabled=False),
-            engines=(engine_config(bad.url, name="bad", stall_tracker=False),
-                     engine_config(good.url, name="good", stall_tracker=False)),
-        )
-        exporter = Exporter(config)
-        exporter.runner = SourceRunner(exporter.sources, deadline)
-        await exporter.start()
-        try:
-            await asyncio.sleep(0.1)
-            text = exporter.render(await exporter.snapshot()).decode()
-        finally:
-            await exporter.close()
-    samples = {}
-    for family in text_string_to_metric_families(text):
-        for s in family.samples:
-            key = (s.name, s.labels.get("source") or s.labels.get("engine"), s.labels.get("tier"))
-            samples[key] = s.value
-    return samples, text
-
+from tests.engines.helpers import engine_config, running_sim, scrape, sim_state
 
 DOWN = [
     (Fault.HTTP_500, "HTTP 500"),

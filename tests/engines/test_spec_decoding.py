@@ -10,8 +10,7 @@ import re
 from exporter.engines.exposition import parse
 from exporter.engines.mapping import TABLES
 from exporter.engines.normalise import normalise, wanted_names
-from tests.engines.helpers import SGLANG_MULTIPROC, SGLANG_SINGLE, VLLM
-from tests.engines.test_source import scrape, sim_state
+from tests.engines.helpers import SGLANG_MULTIPROC, SGLANG_SINGLE, VLLM, scrape, sim_state
 
 
 def normalised(text: str, kind: str = "sglang") -> dict[str, float]:

@@ -26,16 +26,9 @@ from exporter.engines.stall.tracker import DecodeStallTracker, StallPoller, Stal
 from exporter.runtime import Exporter
 from exporter.sim.engine.state import Fault, SimEngine
 from tests.engines.helpers import engine_config, running_sim
+from tests.support.clock import FakeClock
 
 TICK = 0.25
-
-
-class FakeClock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 Events = dict[float, Callable[[SimEngine], None]]

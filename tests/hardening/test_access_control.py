@@ -19,7 +19,7 @@ import trustme
 from exporter.config import ConfigError
 from exporter.process.launch import start_exporter
 from exporter.web.security import load_web_security
-from tests.conftest import SYSFS_FIXTURE
+from tests.support.sysfs_tree import SYSFS_FIXTURE
 
 USER, PASSWORD = "prometheus", "correct horse battery staple"
 

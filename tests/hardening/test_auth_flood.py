@@ -16,8 +16,8 @@ import pytest
 from exporter.process.launch import start_exporter
 from exporter.web import auth as web_auth
 from exporter.web.auth import MAX_WAITING_CHECKS, BasicAuth
-from tests.conftest import SYSFS_FIXTURE
 from tests.hardening.hostile import Scraper, basic_auth, p99, password_flood
+from tests.support.sysfs_tree import SYSFS_FIXTURE
 
 USER, PASSWORD = "prometheus", "correct horse battery staple"
 # Cost 10 (a quarter of htpasswd's 12) keeps the flood short; the bench runs 12.

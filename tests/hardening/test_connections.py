@@ -21,8 +21,9 @@ from aiohttp import web
 
 from exporter.process.launch import free_port, start_exporter
 from exporter.web.listener import HEAD_DEADLINE_SECONDS, Listener
-from tests.conftest import SYSFS_FIXTURE
 from tests.hardening.hostile import SOURCE_UP, Scraper, open_idle, wait_closed
+from tests.support.event_loop import exporter_python
+from tests.support.sysfs_tree import SYSFS_FIXTURE
 
 pytestmark = pytest.mark.long_running(42)
 
@@ -55,7 +56,8 @@ def _new_client_sees_the_sources(url: str, context: ssl.SSLContext | None = None
 def test_idle_connections_blind_nothing(tmp_path: Path, open_files: tuple[int, int],
                                         args: list[str], uvloop: bool) -> None:
     with start_exporter([*ARGS, *args], tmp_path, open_files=open_files,
-                        uvloop=uvloop) as exporter, Scraper(exporter.url) as scraper:
+                        python=exporter_python(uvloop)) as exporter, \
+            Scraper(exporter.url) as scraper:
         idle = open_idle("127.0.0.1", int(exporter.address.rsplit(":", 1)[1]), IDLE)
         opened = time.monotonic()
         time.sleep(HOLD_SECONDS)  # the server takes them from its backlog meanwhile

@@ -22,7 +22,7 @@ from exporter.engines.info import sglang_info
 from exporter.sources import gpu_metrics
 from exporter.sources.amdgpu_sysfs import AmdgpuSysfs
 from exporter.thresholds import Thresholds
-from tests.conftest import SYSFS_FIXTURE, card_device, hwmon_dir
+from tests.support.sysfs_tree import SYSFS_FIXTURE, card_device, hwmon_dir
 
 EXAMPLES = 200
 FUZZ = settings(max_examples=EXAMPLES, deadline=None,

@@ -17,9 +17,9 @@ from aiohttp import web
 from exporter.process.launch import start_exporter
 from exporter.process.log_limits import MAX_LINE_CHARS
 from exporter.sim.rig.procfs_writer import HostSpec, write_proc
-from tests.conftest import SYSFS_FIXTURE, card_device
 from tests.hardening import http_fuzz
 from tests.scrape import parse_samples, value
+from tests.support.sysfs_tree import SYSFS_FIXTURE, card_device
 
 FUZZED_REQUESTS = 2000
 SCRAPES = 200

@@ -12,9 +12,9 @@ from pathlib import Path
 
 from exporter.process.launch import free_port, start_exporter
 from exporter.sim.engine.state import Fault, SimEngine
-from tests.conftest import SYSFS_FIXTURE
 from tests.scrape import parse_samples, value
 from tests.support.process import SimThread, wait_for_log
+from tests.support.sysfs_tree import SYSFS_FIXTURE
 
 
 def test_sigterm_during_a_scrape_of_a_hung_engine_exits_within_2_s(tmp_path: Path) -> None:

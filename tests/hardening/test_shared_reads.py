@@ -14,8 +14,8 @@ from exporter.sources import gpu
 from exporter.sources.amdgpu_sysfs import AmdgpuSysfs
 from exporter.sources.gpu import GpuSource
 from exporter.sources.host import HostReading
-from tests.conftest import SYSFS_FIXTURE
 from tests.scrape import parse_samples, serving, value
+from tests.support.sysfs_tree import SYSFS_FIXTURE
 
 
 class CountingSource:

@@ -19,8 +19,9 @@ import pytest
 from exporter.process.launch import free_port, start_exporter
 from exporter.sim.engine.state import SimEngine
 from exporter.sim.rig.procfs_writer import HostSpec, write_proc
-from tests.conftest import card_device
+from tests.support.event_loop import exporter_python
 from tests.support.process import SimThread
+from tests.support.sysfs_tree import card_device
 
 STOP_BOUND_SECONDS = 2.0
 
@@ -61,7 +62,7 @@ def test_a_stop_with_a_sysfs_read_blocked_exits_in_time_and_names_the_read(
     with blocking_gpu_metrics(sysfs_root, blocked_in) as fifo, start_exporter(
         ["--sysfs.root", str(sysfs_root), "--gpu.backend", "sysfs", "--no-collector.host",
          "--web.scrape-deadline", "0.5", "--health.sample-interval", "0"], tmp_path,
-        uvloop=uvloop,
+        python=exporter_python(uvloop),
     ) as exporter:
         _scrape(exporter.url)  # the GPU read is now stuck on the FIFO, past its deadline
         started = time.monotonic()

@@ -16,9 +16,9 @@ from exporter.runtime import Exporter
 from exporter.sim.rig.procfs_writer import HostSpec, write_proc
 from exporter.sources.host import HostReading
 from exporter.thresholds import Thresholds, thresholds_from_config
-from tests.conftest import SYSFS_FIXTURE
-from tests.health.rig import Rig, Watch, card, one, validate
 from tests.scrape import get, serving
+from tests.support.rig_readings import Rig, Watch, card, one, validate
+from tests.support.sysfs_tree import SYSFS_FIXTURE
 
 
 class CountingHost:

@@ -8,7 +8,7 @@ import pytest
 
 from exporter.health.report import HealthStatus, State
 from exporter.thresholds import Thresholds
-from tests.health.rig import Rig, Watch, card, engine, host, one, probe, statuses
+from tests.support.rig_readings import Rig, Watch, card, engine, host, one, probe, statuses
 
 HOT = {"edge": 90.0, "junction": 107.0, "memory": 96.0}
 

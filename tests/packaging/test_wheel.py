@@ -18,11 +18,14 @@ import signal
 import subprocess
 import sys
 import sysconfig
+import tomllib
+import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
+from devtools.imports import closure, module_graph, modules
 from exporter.sim.scenarios import SCENARIOS
 from tests.demo_process import demo_running, read_until
 from tests.support.priority import NICED
@@ -36,6 +39,7 @@ SCENARIO = "prefill-starves-decode"
 
 @dataclass(frozen=True)
 class Installed:
+    wheel: Path
     venv: Path
     site_packages: Path
     work: Path  # an empty directory outside the checkout, the commands' cwd
@@ -86,7 +90,7 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Installed:
     work = root / "work"
     work.mkdir()
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
-    return Installed(venv, site_packages, work, env)
+    return Installed(wheel, venv, site_packages, work, env)
 
 
 def test_every_package_is_imported_from_the_wheel(installed: Installed) -> None:
@@ -97,6 +101,30 @@ def test_every_package_is_imported_from_the_wheel(installed: Installed) -> None:
     for path in map(Path, done.stdout.split()):
         assert path.is_relative_to(installed.site_packages), path
         assert not path.is_relative_to(REPO), path
+
+
+def _run_by_users(found: dict[str, Path]) -> list[str]:
+    """The modules a user runs: the console scripts, `python -m` of each package that has
+    a `__main__`, every rigctl subcommand, both generators and the dashboards (loaded by
+    file name)."""
+    scripts = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["scripts"]
+    return [*(target.partition(":")[0] for target in scripts.values()),
+            *(name for name in found if name.endswith(".__main__")
+              or name.startswith("exporter.rigctl.") or name.endswith(".dashboard")),
+            "alerts.generate", "dashboards.generate"]
+
+
+def test_the_wheel_holds_only_what_users_run(installed: Installed) -> None:
+    """Every module in the wheel is imported by something a user runs: a module that
+    only tests, benches or docs use belongs in tests/, bench/ or devtools/."""
+    with zipfile.ZipFile(installed.wheel) as wheel:
+        shipped = {name.removesuffix(".py").removesuffix("/__init__").replace("/", ".")
+                   for name in wheel.namelist() if name.endswith(".py")}
+    found = modules()
+    used = closure(_run_by_users(found), module_graph(found))
+    assert "exporter.daemon.cli" in used and "exporter.sim.engine.scheduler" in used
+    assert {name.split(".")[0] for name in shipped} == {"alerts", "dashboards", "exporter"}
+    assert sorted(shipped - used) == []
 
 
 def test_rig_exporter_help(installed: Installed) -> None:

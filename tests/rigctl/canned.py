@@ -9,7 +9,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-from tests.health.rig import Rig, Watch, card
+from tests.support.rig_readings import Rig, Watch, card
 
 HOT = card("card2", clocks_hertz={"sclk": 1.4e9}, temperatures_celsius={"junction": 107.0})
 

@@ -24,8 +24,8 @@ from exporter.process.launch import free_port
 from exporter.rigctl.health import exit_code
 from exporter.sim.rig.sysfs_writer import RIG_CARDS
 from exporter.thresholds import Thresholds
-from tests.health.rig import validate
-from tests.rigctl.test_health_live import live_rig
+from tests.support.live_rig import live_rig
+from tests.support.rig_readings import validate
 
 # card2 at 107 °C with its clock held at 72 % under load: RigGpuThermalDownclock
 # (critical once held a second here) and RigGpuHot (warning) fire.

@@ -8,8 +8,8 @@ import json
 import pytest
 
 from exporter.rigctl import main
-from tests.health.rig import validate
 from tests.rigctl.canned import exporter_answering, hot_report
+from tests.support.rig_readings import validate
 
 
 class Terminal(io.StringIO):

@@ -6,13 +6,12 @@ import pytest
 
 from exporter.sim.engine.scheduler import (
     KEEP_FINISHED,
-    STARVATION_TABLE,
     BatchKind,
     Phase,
     Policy,
     Scheduler,
-    starvation_experiment,
 )
+from tests.support.sim_starvation import STARVATION_TABLE, starvation_experiment
 
 
 class Batches:

@@ -23,7 +23,7 @@ from exporter.snapshot import SourceError
 from exporter.sources import amdgpu_sysfs
 from exporter.sources.amdgpu_sysfs import AmdgpuSysfs, CardReading
 from exporter.sources.files import GPU_METRICS_MAX_BYTES, TEXT_MAX_BYTES
-from tests.conftest import SYSFS_FIXTURE, card_device, hwmon_dir
+from tests.support.sysfs_tree import SYSFS_FIXTURE, card_device, hwmon_dir
 
 
 def read(root: Path) -> dict[str, CardReading]:

@@ -11,7 +11,7 @@ import pytest
 
 from exporter.sim.rig.sysfs_writer import FIXTURE_CARDS, RIG_CARDS, RYZEN_IGPU, write_rig
 from exporter.sources.amdgpu_sysfs import AmdgpuSysfs, CardReading
-from tests.conftest import card_device
+from tests.support.sysfs_tree import card_device
 
 
 @pytest.fixture

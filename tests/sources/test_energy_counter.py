@@ -10,7 +10,7 @@ import pytest
 
 from exporter.sim.rig.sysfs_writer import RIG_CARDS, gpu_metrics_v1_3
 from exporter.sources.amdgpu_sysfs import AmdgpuSysfs
-from tests.conftest import card_device
+from tests.support.sysfs_tree import card_device
 
 JOULES_PER_COUNT = 2.0**-16  # 15.259 µJ
 WRAP = 2**32

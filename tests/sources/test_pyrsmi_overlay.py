@@ -12,7 +12,7 @@ import pytest
 
 from exporter.sources.gpu import GpuSource
 from exporter.sources.pyrsmi_overlay import PyrsmiOverlay, bdf_string, load_rocml
-from tests.conftest import SYSFS_FIXTURE
+from tests.support.sysfs_tree import SYSFS_FIXTURE
 
 
 def bdf_id(bus: int, device: int = 0, function: int = 0, domain: int = 0) -> int:

@@ -12,6 +12,7 @@ import pytest
 from exporter.process import event_loop
 from exporter.process.launch import free_port, start_exporter
 from tests.scrape import parse_samples
+from tests.support.event_loop import exporter_python
 from tests.tap.standin import Script, StandIn, stream_bytes
 
 
@@ -55,7 +56,7 @@ def test_the_exporter_taps_a_stream_on_either_loop(tmp_path, loop):
             ["--log.level", "debug", "--no-collector.gpu", "--no-collector.host",
              "--engine", f"main={engine_url},stall_tracker=false,"
                          f"tap_listen_address=127.0.0.1:{tap_port}"],
-            tmp_path, wait=False, uvloop=loop == "uvloop")
+            tmp_path, wait=False, python=exporter_python(loop == "uvloop"))
         try:
             await asyncio.to_thread(exporter.wait_ready)
             body, metrics = await scenario(exporter.url)

@@ -11,7 +11,6 @@ API (for scenarios, `rigctl bench`, the e2e tests):
     a.longest_gap(), b.ttft, a.token_times              # simulated seconds
     sched.counters.decode_batches                       # what /metrics reports
     sched.next_event_time()                             # when something next happens
-    starvation_experiment(Policy.named("mixed-chunk"))  # the owner's experiment
 
 Through the simulated engine and its server (the usual way):
 
@@ -41,7 +40,7 @@ The mechanics follow SGLang 0.5.23 (read in the wheel, `managers/scheduler.py`):
 
 Timings (`Timings`) are fitted to the owner's measurements (docs/facts/rig.md); each
 field says which. The fit reproduces the starvation table within 10 % (see
-tests/sim/test_scheduler.py and the report of `python -m exporter.sim.engine.scheduler`).
+tests/sim/test_scheduler.py and the report of bench/bench_sim_calibration.py).
 """
 
 from __future__ import annotations
@@ -631,78 +630,3 @@ class Scheduler:
     def _report_gauges(self) -> None:
         self.reported_running = len(self.running)
         self.reported_queued = len(self.waiting)
-
-
-# -- the owner's starvation experiment, in simulated time ------------------------------
-
-#: docs/facts/rig.md#decode-starvation: A's longest decode gap and B's TTFT per setting.
-STARVATION_TABLE: dict[str, tuple[float, float]] = {
-    "default": (47.23, 49.43),
-    "n=1": (4.04, 49.48),
-    "n=2": (7.70, 49.21),
-    "n=3": (11.70, 49.05),
-    "n=4": (13.80, 49.37),
-    "n=8": (25.76, 49.24),
-    "n=16": (47.05, 49.24),
-    "mixed-chunk": (3.997, 48.91),
-}
-
-
-@dataclass(frozen=True)
-class StarvationResult:
-    policy: str
-    a_max_gap_seconds: float
-    b_ttft_seconds: float
-    a_tokens_per_second_before_b: float
-    a_tokens_per_second_during_b: float  # from B's send to B's first token
-    a_tokens_per_second_during_b_prefill: float  # from B's first chunk to its first token
-
-
-def starvation_experiment(policy: Policy, context_tokens: int = 65536,
-                          delay_seconds: float = 5.0,
-                          timings: Timings | None = None) -> StarvationResult:
-    """A decodes on a cached `context_tokens` context; `delay_seconds` after its first
-    token, B sends a fresh prompt of the same size. B's TTFT ends at its first token;
-    A's gaps are measured until A's first token after that, which closes the gap."""
-    sched = Scheduler(policy, timings, start=0.0, kv_capacity_tokens=10 * context_tokens)
-    a = sched.submit(context_tokens, max_new_tokens=10**6,
-                     cached={"device": context_tokens - 1})
-    sched.run_until_true(lambda: bool(a.token_times))
-    b_at = a.token_times[0] + delay_seconds
-    b = sched.submit(context_tokens, max_new_tokens=1, at=b_at)
-    sched.run_until_true(lambda: b.done and a.token_times[-1] > b.token_times[0])
-    end = b.token_times[0]
-    before = [t for t in a.token_times if t <= b_at]
-    during = [t for t in a.token_times if b_at < t <= end]
-    prefill = [t for t in during if t > b.admitted_at]
-    return StarvationResult(
-        policy.name, a.longest_gap(), b.ttft or 0.0,
-        (len(before) - 1) / (before[-1] - before[0]) if len(before) > 1 else 0.0,
-        len(during) / (end - b_at), len(prefill) / (end - b.admitted_at))
-
-
-def calibration_table(timings: Timings | None = None) -> list[tuple[str, float, float,
-                                                                   float, float, float]]:
-    """Per setting: (policy, target gap, simulated gap, target TTFT, simulated TTFT,
-    A's simulated tokens/s while B prefills)."""
-    rows = []
-    for name, (gap, ttft) in STARVATION_TABLE.items():
-        result = starvation_experiment(Policy.named(name), timings=timings)
-        rows.append((name, gap, result.a_max_gap_seconds, ttft, result.b_ttft_seconds,
-                     result.a_tokens_per_second_during_b_prefill))
-    return rows
-
-
-def main() -> None:
-    """Print the calibration table against docs/facts/rig.md#decode-starvation."""
-    print(f"| policy | A's max gap: owner | model | error | B's TTFT: owner | model | error "
-          f"| A tok/s while B prefills |\n|{'---|' * 8}")
-    for name, gap, sim_gap, ttft, sim_ttft, during in calibration_table():
-        print(f"| {name} | {gap:.2f} s | {sim_gap:.2f} s | {sim_gap / gap - 1:+.1%} "
-              f"| {ttft:.2f} s | {sim_ttft:.2f} s | {sim_ttft / ttft - 1:+.1%} "
-              f"| {during:.1f} |")
-
-
-if __name__ == "__main__":
-    main()
-

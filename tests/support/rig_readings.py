@@ -1,4 +1,5 @@
-"""Synthetic snapshots for the health checks, and a monitor on a hand-turned clock."""
+"""Readings of a rig built by hand (cards, engines, host), for the health checks, the
+collector, rigctl and the bench, and a monitor on a hand-turned clock."""
 
 from __future__ import annotations
 
