@@ -95,6 +95,11 @@ def _stall_plan(c: Context, name: str) -> Check:
                     f"llama.cpp only ({kind})")
     if config is not None and not config.stall_tracker:
         return skip("stall_plan", name, f"{name}: stall_tracker = false in the config")
+    for sample in last.all("rig_engine_decode_stall_tracker_up", engine=name):
+        cause = sample.labels.get("cause", "")
+        if sample.value == 0 and cause in METRICS_DIR_CAUSES:
+            return skip("stall_plan", name, f"{name}: the plan is moot while the stall "
+                        f"tracker cannot see ({cause}): see metrics_dir")
     resolution = last.total("rig_engine_decode_stall_resolution_seconds", engine=name)
     at = f", a poll every {resolution:.2f} s" if resolution is not None else ""
     plans = last.all("rig_engine_decode_stall_plan_info", engine=name)
@@ -220,12 +225,11 @@ def _blind_metrics_dir(c: Context, name: str) -> Check | None:
 
 
 def _metrics_dir(c: Context, name: str) -> Check:
-    blind = _blind_metrics_dir(c, name)
-    if blind is not None:
-        return blind
     config = c.engine(name)
     if config is None:
-        return skip("metrics_dir", name, f"{name}: metrics_dir not checked", NEEDS_CONFIG)
+        # Without the config, the exporter's own word (with it, the files say more).
+        return _blind_metrics_dir(c, name) or skip(
+            "metrics_dir", name, f"{name}: metrics_dir not checked", NEEDS_CONFIG)
     if config.kind != "sglang":
         return skip("metrics_dir", name, f"{name}: metrics_dir is SGLang's "
                     f"({config.kind}; llama.cpp's stall tracker reads /slots)")
@@ -280,7 +284,7 @@ async def _engine_counters(config: EngineConfig) -> Counters:
     async with aiohttp.ClientSession(headers={"Accept-Encoding": "identity"},
                                      timeout=aiohttp.ClientTimeout(total=30)) as session:
         body = MetricsBody(lambda: get_text(session, config.url + "/metrics"))
-        return await MetricsReader(body, config.stall_poll_interval_seconds).read()
+        return (await MetricsReader(body, config.stall_poll_interval_seconds).read()).counters
 
 
 def _counters(found: list[FileSample]) -> Counters:
