@@ -20,6 +20,7 @@ from exporter.engines.fetch import get_text
 from exporter.engines.stall.multiproc_files import FileSample
 from exporter.engines.stall.plans import Counters
 from exporter.engines.stall.readers import (
+    BODY_REUSE_SECONDS,
     CAUSES,
     MetricsBody,
     MetricsReader,
@@ -194,7 +195,12 @@ def _tap_bypass(c: Context, name: str) -> Check:
     if engine == 0:
         return skip("tap_bypass", name, f"{name}: no request got its first token in the "
                     f"{w.seconds:.1f} s watched", "rerun while the agents work")
-    around = engine - tap - probes
+    # A scrape may serve the engine's body up to BODY_REUSE_SECONDS old (the stall
+    # tracker's, engines/stall/readers.py) while the tap counts live: the watch's first
+    # engine count may then lag its start by that long, and count the first tokens of
+    # that second besides the tap's.
+    lag = math.ceil(tap / w.seconds * BODY_REUSE_SECONDS) if w.seconds > 0 else 0
+    around = engine - tap - probes - lag
     allowed = f" ({probes} for the exporter's own probe)" if probes else ""
     seen = (f"{name}: the engine gave {plural(engine, 'request')} their first token in "
             f"{w.seconds:.1f} s, the tap saw {tap:.0f}{allowed}")

@@ -9,6 +9,7 @@ import asyncio
 import json
 import subprocess
 import sys
+import time
 import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -19,6 +20,7 @@ import openai
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from exporter.engines.stall.readers import BODY_REUSE_SECONDS
 from exporter.process.launch import ExporterProcess, free_port, start_exporter
 from tests.support.real_engines import CONTEXT_TOKENS, MODEL, RealEngine
 from tests.support.rig_config import write_rig_config
@@ -141,6 +143,10 @@ def test_the_collector_reads_live_vllm_metrics_as_vllm_counts(rig: Rig) -> None:
     chat(client, "warm the counters", 8)
     completion(client, SHARED_PREFIX, 8)
     completion(client, SHARED_PREFIX, 8)  # a prefix-cache hit
+    # The stall tracker reads vLLM's /metrics too, and a scrape serves its body when it
+    # is younger than BODY_REUSE_SECONDS: past that, any body served was asked for after
+    # the last request ended, and holds the same counts as the engine's own answer.
+    time.sleep(BODY_REUSE_SECONDS + 0.5)
     engine = samples(get(rig.engine.url + "/metrics"))
     ours = samples(get(rig.exporter.url + "/metrics"))
 
