@@ -104,7 +104,8 @@ def test_first_tokens_the_tap_never_saw_warn_and_those_it_saw_do_not():
     around = context(engine_body(first_tokens=10, tap_frames=0, tap_first_tokens=4),
                      engine_body(first_tokens=15, tap_frames=0, tap_first_tokens=6))
     bypass = by_name(engine_checks(around), "tap_bypass")
-    assert bypass["status"] == "warn" and "2 went around the tap" in bypass["detail"], bypass  # 5 - 2 - 1: a second of first tokens allowed for the body's age
+    # 5 first tokens, 2 through the tap, 1 allowed for a second-old engine body.
+    assert bypass["status"] == "warn" and "2 went around the tap" in bypass["detail"], bypass
     through = context(engine_body(first_tokens=10, tap_frames=0, tap_first_tokens=4),
                       engine_body(first_tokens=12, tap_frames=0, tap_first_tokens=6))
     assert by_name(engine_checks(through), "tap_bypass")["status"] == "ok"
