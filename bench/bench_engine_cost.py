@@ -33,7 +33,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 FIXTURE = ROOT / "tests" / "fixtures" / "engine" / "sglang-0.5.23-metrics-multiproc-b.txt"
-# deploy/prometheus.yml's interval for the rig's job (15 s before issue 28).
+# deploy/prometheus.yml's interval for the rig's job (it was 15 s; docs/alerts.md says
+# why it is 5 s).
 SCRAPE_SECONDS = 5.0
 
 

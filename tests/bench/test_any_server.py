@@ -142,7 +142,7 @@ def test_llamacpp_vocabulary_is_read_so_its_prompts_are_accepted() -> None:
 
 
 def test_sglang_proxy_with_openai_api_measured_from_frames() -> None:
-    """Issue 28's case: SGLang's facts answer, the stream through the proxy counts nothing.
+    """A proxy in front of SGLang: its facts answer, the stream through the proxy counts nothing.
     It used to exit 2 ("the stream does not count its tokens")."""
     async def run():
         async with serving("sglang-proxy") as (url, _):
