@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import filecmp
 import os
 import shutil
 import tempfile
@@ -432,7 +433,8 @@ class SimRig:
                         if not target.is_symlink() or os.readlink(target) != os.readlink(source):
                             target.unlink(missing_ok=True)
                             target.symlink_to(os.readlink(source))
-                    else:
-                        os.replace(source, target)
+                    elif not (target.is_file()
+                              and filecmp.cmp(source, target, shallow=False)):
+                        os.replace(source, target)  # an unchanged file stays (procfs_writer)
         finally:
             shutil.rmtree(staging, ignore_errors=True)
