@@ -63,7 +63,9 @@ def test_a_shared_fixture_keeps_its_file_on_one_worker(tmp_path: Path) -> None:
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     result = subprocess.run(
         [sys.executable, "-m", "pytest", "-p", "tests.conftest", "-p", "no:cacheprovider",
-         *_addopts(), "-q", str(tmp_path)],
+         # Two workers show the grouping as well as the suite's four, at half the
+         # start-up CPU (the last -n given wins).
+         *_addopts(), "-n", "2", "-q", str(tmp_path)],
         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120, check=False)
     assert result.returncode == 0, result.stdout + result.stderr
     assert "-n" in _addopts(), "the suite no longer runs on workers"

@@ -45,6 +45,7 @@ def test_unknown_scenario_is_refused() -> None:
     assert "unknown scenario 'no-such'" in result.stderr
 
 
+@pytest.mark.slow  # tests/e2e/test_demo_stops.py stops it in the default suite
 def test_ctrl_c_stops_everything_it_started() -> None:
     with demo_running("--scenario", "healthy", "--scenario", "healthy") as demo:
         lines = read_until(demo, r"running \(pids [\d ]+\)", timeout=120)

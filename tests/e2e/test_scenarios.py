@@ -48,7 +48,11 @@ STALL_SCALE = 2.0
 # The wedged engine's stream probe must time out well before its heal: its deadline
 # (60 s / the rig's stall scale, real seconds) at x2 would be 450 rig seconds, and the
 # page would come a few seconds before the heal. No rule it trips reads a stall.
-RIG_STALL_SCALES = {"engine-wedged": 5.0}
+# The stutter's 3.997 s pauses would last 2.0 s at x2, against the tracker's 1 s floor
+# (MIN_STALL_SECONDS, real time) on its lower bound, which on a busy box lies up to a
+# poll and an answer short of the pause: at x1.5 they last 2.7 s, and their middle,
+# 5.3 s at the rules' x2, stays in the stutter's 2-10 s.
+RIG_STALL_SCALES = {"engine-wedged": 5.0, "mixed-chunk-stutter": 1.5}
 # Fifteen simulated engines render /metrics in this one process: the stall
 # tracker polls at 2 Hz (0.5 s resolves the 5 s compressed threshold), and the
 # rigs tick at 4 Hz.
@@ -313,8 +317,13 @@ OVERVIEW = overview(TIME_SCALE, STALL_SCALE)
 # Engines tile says so; RigEngineWedged needs 5 min of failed probes. And at its heal
 # the simulated rig restores its synthetic KV load at once, while the agents' hang-up
 # reaches the engine through the tap in real time: for that moment the pool reads
-# full, far short of RigKVPoolSaturated's 5 min.
-TILES_SHORT_OF_AN_ALERT = {"four-agents-hog": {"Engines", "KV pool"}}
+# full, far short of RigKVPoolSaturated's 5 min. working-set-overflow: each turn
+# recomputes a 126K session for about 2 min, and a request that arrives meanwhile (the
+# stream probe's, or the other agent's turn when the busy box runs the scenario late)
+# waits behind it for a moment, far short of RigQueueHeadOfLine's 5 min (seen in two of
+# five full-suite runs).
+TILES_SHORT_OF_AN_ALERT = {"four-agents-hog": {"Engines", "KV pool"},
+                           "working-set-overflow": {"Queue behind a running request"}}
 # The colour a tile may take in any scenario, because of the machine and not the rig:
 # with stalls compressed twice, the longest gap's orange step (the 2 s stutter) is 1 s
 # of real time, which a loaded 2-core box's scheduling alone can reach. Red (the

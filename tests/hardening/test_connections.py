@@ -51,7 +51,8 @@ def _new_client_sees_the_sources(url: str, context: ssl.SSLContext | None = None
     # No room to raise it, and a connection cap above what the limit allows: the
     # exporter lowers the cap and keeps descriptors for the sources. On both loops.
     ((1024, 1024), ["--web.max-connections", "5000"], True),
-    ((1024, 1024), ["--web.max-connections", "5000"], False),
+    pytest.param((1024, 1024), ["--web.max-connections", "5000"], False,
+                 marks=pytest.mark.slow),
 ], ids=["soft-1024-hard-4096", "soft-and-hard-1024", "soft-and-hard-1024-asyncio-loop"])
 def test_idle_connections_blind_nothing(tmp_path: Path, open_files: tuple[int, int],
                                         args: list[str], uvloop: bool) -> None:
