@@ -14,6 +14,7 @@ import contextlib
 import logging
 import time
 from dataclasses import dataclass
+from typing import Any
 
 import aiohttp
 
@@ -75,7 +76,7 @@ class EngineSource:
         self.table = TABLES[config.kind]
         self._wanted = wanted_names(self.table, self.table.rules)
         self.session: aiohttp.ClientSession | None = None
-        self.stall: StallPoller | None = None
+        self.stall: StallPoller[Any] | None = None
         self._stall_task: asyncio.Task[None] | None = None
         self._info: EngineInfo | None = None
         self._info_task: asyncio.Task[None] | None = None
@@ -83,7 +84,7 @@ class EngineSource:
         self.body = MetricsBody(self._get_metrics)
         # A body spoilt in a new way each scrape is one condition, told once an interval.
         self._conditions = Conditions(log, up="{subject}: fine again")
-        self._stall_reader: CounterReader | SlotsReader | None = None
+        self._stall_reader: CounterReader[object] | None = None
         # llama.cpp's /slots, shared by the stall tracker and the scrapes.
         self.slots_body = MetricsBody(self._get_slots) if config.kind == "llamacpp" else None
         #: Why the tracker does not poll yet (or ever), while it does not.
@@ -162,7 +163,7 @@ class EngineSource:
         assert self.slots_body is not None
         reader = SlotsReader(self.slots_body, self.config.stall_poll_interval_seconds)
         self._stall_reader = reader
-        self.stall = StallPoller(reader, SlotsPlanner(self.config.name),  # type: ignore[arg-type]
+        self.stall = StallPoller(reader, SlotsPlanner(self.config.name),
                                  window_seconds=self.config.stall_window_seconds)
         log.info("engine %s: stall tracker on llama.cpp reads %s", self.config.name, reader.how)
         await self.stall.run()

@@ -34,6 +34,9 @@ def exposition(active: dict[str, str]) -> str:
                   ["endpoint", "method"], registry=registry)
     for endpoint, method in active.items():
         gauge.labels(endpoint=endpoint, method=method).set(1)
+    # The reader needs the scheduler's gauge to read anything (a blind tracker otherwise).
+    Gauge("sglang:num_running_reqs", "The number of running requests",
+          registry=registry).set(1)
     return generate_latest(registry).decode()
 
 

@@ -93,5 +93,5 @@ def test_a_true_12_s_stall_lies_within_its_bounds(load, version, tmp_path):
     with busy_cores() if load == "busy" else contextlib.nullcontext():
         lower, upper, longest_gap = read_a_true_stall(version, tmp_path)
     print(f"{load} {version}: {lower:.2f}-{upper:.2f} s, middle {(lower + upper) / 2:.2f} s")
-    assert lower <= longest_gap and STALL <= upper
+    assert lower <= longest_gap and upper >= STALL
     assert abs((lower + upper) / 2 - STALL) <= 1.0

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from typing import Protocol
+from typing import Protocol, TypeVar
 
 from exporter.engines.stall.evidence import Evidence
 from exporter.engines.stall.plans import Choice, Counters, SignalPlan, choose
@@ -15,8 +15,13 @@ from exporter.engines.stall.progress import Progress, ProgressView
 log = logging.getLogger(__name__)
 
 
-class SignalChooser(Protocol):
-    """What the poller asks of a plan's keeper: SGLang's Planner, vLLM's StepPlanner."""
+#: What the plan reads progress from: Counters, or llama.cpp's slots.
+Shown_contra = TypeVar("Shown_contra", contravariant=True)
+
+
+class SignalChooser(Protocol[Shown_contra]):
+    """What the poller asks of a plan's keeper: SGLang's Planner, vLLM's StepPlanner,
+    llama.cpp's SlotsPlanner."""
 
     engine: str
     choice: Choice
@@ -24,7 +29,7 @@ class SignalChooser(Protocol):
     @property
     def plan(self) -> SignalPlan | None: ...
 
-    def progress(self, counters: Counters, now: float) -> Progress | None: ...
+    def progress(self, counters: Shown_contra, now: float) -> Progress | None: ...
 
 
 class Planner:

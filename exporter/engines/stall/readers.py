@@ -1,7 +1,8 @@
 """Where the stall tracker gets its counters: one small reader per way of reading.
 
-Each reader returns `Counters` and says how often it may be asked (its resolution);
-the tracker's state machine does not know which one it has. Chosen once at start
+Each reader returns a reading of what its engine shows (SGLang's and vLLM's
+`Counters`, llama.cpp's slots in `slots.py`) and says how often it may be asked (its
+resolution); the tracker's state machine does not know which one it has. Chosen once at start
 (docs/stall-tracker.md#where-the-counters-come-from), cheapest first:
 
 - `MultiprocReader`: SGLang's prometheus_client files under `metrics_dir`. No engine
@@ -20,7 +21,7 @@ import time
 from collections import defaultdict, deque
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Generic, Protocol, TypeVar
 
 from exporter.engines.exposition import Sample, parse
 from exporter.engines.normalise import combine_ranks
@@ -61,26 +62,32 @@ CAUSES = {
 }
 
 
-@dataclass(frozen=True)
-class CounterReading:
-    """Counters, and when they were asked for and answered: they describe the engine
-    at some moment in between (docs/stall-tracker.md#honest-bounds). A reused body
-    keeps the times of its own fetch."""
+#: What a reading holds: Counters (SGLang, vLLM) or llama.cpp's slots.
+Shown = TypeVar("Shown")
+Shown_co = TypeVar("Shown_co", covariant=True)
 
-    counters: Counters
+
+@dataclass(frozen=True)
+class CounterReading(Generic[Shown]):
+    """What the engine showed, and when it was asked for and answered: it describes
+    the engine at some moment in between (docs/stall-tracker.md#honest-bounds). A
+    reused body keeps the times of its own fetch."""
+
+    counters: Shown
     asked_at: float
     answered_at: float
 
 
-class CounterReader(Protocol):
+class CounterReader(Protocol[Shown_co]):
     #: How this reader reads, for the log line at start.
     how: str
     #: Where it reads, for the line that says it cannot see.
     where: str
 
-    async def read(self) -> CounterReading:
-        """The counters now; raises SourceError when the engine cannot be read.
-        Each reading describes a moment after the previous reading's."""
+    async def read(self) -> CounterReading[Shown_co]:
+        """What the engine shows now; raises SourceError when it cannot be read, and
+        TrackerBlind when it reads but shows nothing to track from. Each reading
+        describes a moment after the previous reading's."""
         ...
 
     def resolution_seconds(self, standing_still: bool = False) -> float:
@@ -210,6 +217,9 @@ class MetricsBody:
 class MetricsReader:
     how = "/metrics under a 2 % engine-render budget"
     where = "the engine's /metrics"
+    #: The in-flight gauge without which nothing reads as a stall, and when it appears.
+    running_gauge = "num_running_reqs"
+    running_gauge_note = " (SGLang writes it at its first batch, or within 30 s when idle)"
 
     def __init__(self, body: MetricsBody, floor_seconds: float) -> None:
         self.body = body
@@ -219,7 +229,7 @@ class MetricsReader:
         self._wanted = frozenset(prefix + family for family in _FAMILIES
                                  for prefix in PREFIXES)
 
-    async def read(self) -> CounterReading:
+    async def read(self) -> CounterReading[Counters]:
         # A body a scrape fetched since the last poll serves as this poll: the engine
         # renders for the tracker or for Prometheus, not for both (their renders
         # together stay within the budget). Only a body asked for after the last
@@ -227,8 +237,11 @@ class MetricsReader:
         # standing still), and never one that describes an earlier moment.
         fetched = self._last = await self.body.recent(self.pacer.interval_seconds(),
                                                       after=self._last)
-        return CounterReading(self._counters(fetched.text), fetched.asked_at,
-                              fetched.answered_at)
+        counters = self._counters(fetched.text)
+        if counters.running is None:
+            raise TrackerBlind("no_running_gauge", f"{self.where} holds no "
+                               f"{self.running_gauge}{self.running_gauge_note}")
+        return CounterReading(counters, fetched.asked_at, fetched.answered_at)
 
     def _counters(self, text: str) -> Counters:
         exposition = parse(text, self._wanted)
@@ -276,7 +289,7 @@ class MultiprocReader:
         #: Whether a file's pid runs (a test's playback writes under made-up pids).
         self.alive = alive or process_alive
 
-    async def read(self) -> CounterReading:
+    async def read(self) -> CounterReading[Counters]:
         asked_at = self.clock()
         path = self.files.path
         try:

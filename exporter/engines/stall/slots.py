@@ -22,25 +22,14 @@ for and answered, and the bounds are drawn from both
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 
 from exporter.engines.slots import Slot, parse_slots
 from exporter.engines.stall.plans import Choice, SignalPlan
 from exporter.engines.stall.progress import Progress
-from exporter.engines.stall.readers import MetricsBody, TrackerBlind
+from exporter.engines.stall.readers import CounterReading, MetricsBody, TrackerBlind
 from exporter.snapshot import SourceError
 
 SLOTS_PLAN = SignalPlan("llamacpp_slots", "slot_n_decoded", "slots_decoding")
-
-
-@dataclass(frozen=True)
-class SlotsReading:
-    """The slots, and when /slots was asked for and answered: the fields of the
-    tracker's CounterReading (readers.py), so that its poll loop reads either."""
-
-    counters: list[Slot]
-    asked_at: float
-    answered_at: float
 
 
 class SlotsReader:
@@ -55,7 +44,7 @@ class SlotsReader:
         self.body = body
         self.interval_seconds = interval_seconds
 
-    async def read(self) -> SlotsReading:
+    async def read(self) -> CounterReading[list[Slot]]:
         try:
             fetched = await self.body.fresh()
             slots = parse_slots(fetched.text)
@@ -63,7 +52,7 @@ class SlotsReader:
             # No slots to read (501 without --slots, garbage, the server gone): the
             # tracker is blind and says so, its stall series absent.
             raise TrackerBlind("no_slots", f"{self.where}: {exc}") from exc
-        return SlotsReading(slots, fetched.asked_at, fetched.answered_at)
+        return CounterReading(slots, fetched.asked_at, fetched.answered_at)
 
     def resolution_seconds(self, standing_still: bool = False) -> float:
         return self.interval_seconds

@@ -22,10 +22,10 @@ import time
 from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from typing import Generic
 
 from exporter.engines.stall.planner import SignalChooser
-from exporter.engines.stall.plans import Counters
-from exporter.engines.stall.readers import CounterReader, TrackerBlind
+from exporter.engines.stall.readers import CounterReader, Shown, TrackerBlind
 from exporter.process.log_limits import Conditions
 from exporter.snapshot import SourceError
 from exporter.thresholds import MIN_STALL_SECONDS, Thresholds
@@ -146,7 +146,7 @@ class DecodeStallTracker:
         self._stalled_to = None
 
 
-class StallPoller:
+class StallPoller(Generic[Shown]):
     """The background task that feeds a DecodeStallTracker from a CounterReader.
 
     The reader (multiprocess files or /metrics under a budget) is chosen once at
@@ -158,7 +158,7 @@ class StallPoller:
     asked at its floor, so that the stall's end is known closely.
     """
 
-    def __init__(self, reader: CounterReader, planner: SignalChooser,
+    def __init__(self, reader: CounterReader[Shown], planner: SignalChooser[Shown],
                  clock: Callable[[], float] = time.monotonic,
                  timeout_seconds: float = 2.0,
                  sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
@@ -202,10 +202,6 @@ class StallPoller:
             # docs/stall-tracker.md#stopping).
             async with asyncio.timeout(self.timeout_seconds):
                 reading = await self.reader.read()
-            if isinstance(reading.counters, Counters) and reading.counters.running is None:
-                raise TrackerBlind("no_running_gauge", f"{self.reader.where} holds no "
-                                   "num_running_reqs (SGLang writes it at its first batch, "
-                                   "or within 30 s when idle)")
         except TrackerBlind as exc:
             self._see(exc)
             self.tracker.observe_unreachable(asked)
