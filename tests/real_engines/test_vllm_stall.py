@@ -1,0 +1,110 @@
+"""The stall tracker on a real vLLM against a client's own gap measurement through the
+tap (docs/stall-tracker.md#vllm).
+
+The stall is a real prefill: agent A decodes while agent B's fresh 16,384-token
+prompt arrives, with chunked prefill off, so that vLLM reads all of it in one engine
+step and A gets no token meanwhile (from 4.4 s to over 40 s on this 2-core box,
+docs/stall-tracker.md#vllm). vLLM's /metrics moves only when a step ends: through that
+step it keeps saying one request runs and no token came, which is the stall the
+tracker reads (exporter/engines/stall/vllm.py).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+
+import aiohttp
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from exporter.config import AgentConfig, Config, EngineConfig, GpuConfig, HostConfig
+from exporter.process.launch import free_port
+from exporter.runtime import Exporter
+from exporter.streams import StreamMeter
+from tests.support.real_engines import MODEL, RealEngine
+
+pytestmark = [pytest.mark.real_engine, pytest.mark.timeout(900)]
+
+#: The client's gap and the tracker's bounds are read at different places: the frame
+#: leaves vLLM's API server after its step's counters moved, and crosses the tap.
+EDGE_SECONDS = 0.3
+#: More than A gets through B's prefill, within the context A and B share.
+A_TOKENS = 8_000
+B_PROMPT_TOKENS = 16_384
+WHOLE_PREFILL = ("--no-enable-chunked-prefill", "--max-num-batched-tokens", "32768")
+
+
+def series(text: str) -> dict[str, float]:
+    return {sample.name: sample.value for family in text_string_to_metric_families(text)
+            for sample in family.samples if sample.labels.get("engine") == "solo"}
+
+
+async def completion_stream(session: aiohttp.ClientSession, url: str, agent: str,
+                            prompt: list[int], tokens: int,
+                            until: asyncio.Event | None = None) -> StreamMeter:
+    """One agent's /v1/completions stream through the tap, timed on the client's side;
+    with `until`, the client hangs up once it is set."""
+    body = {"model": MODEL, "prompt": prompt, "max_tokens": tokens, "stream": True,
+            "ignore_eos": True}
+    meter = StreamMeter(time.monotonic())
+    async with session.post(url + "/v1/completions", json=body,
+                            headers={"X-Agent": agent}) as response:
+        assert response.status == 200, await response.text()
+        async for chunk in response.content.iter_any():
+            meter.feed(chunk, time.monotonic())
+            if until is not None and until.is_set():
+                break
+    assert (meter.done or until is not None) and meter.unrecognised == 0
+    return meter
+
+
+@pytest.mark.parametrize("vllm_engine", [WHOLE_PREFILL], indirect=True)
+def test_a_whole_prefill_stall_lies_within_the_trackers_bounds(
+        vllm_engine: RealEngine) -> None:
+    tap = f"127.0.0.1:{free_port()}"
+    engine = EngineConfig(name="solo", url=vllm_engine.url, kind="vllm",
+                          tap_listen_address=tap, agents=(
+                              AgentConfig("alpha", header_name="X-Agent", header_value="a"),
+                              AgentConfig("beta", header_name="X-Agent", header_value="b")))
+    config = Config(gpu=GpuConfig(enabled=False), host=HostConfig(enabled=False),
+                    engines=(engine,))
+    rng = random.Random(29)
+    # Token ids away from the special ones at the vocabulary's ends.
+    short = [rng.randrange(300, 3900) for _ in range(16)]
+    fresh = [rng.randrange(300, 3900) for _ in range(B_PROMPT_TOKENS)]
+
+    async def scenario():
+        exporter = Exporter(config)
+        await exporter.start()
+        try:
+            async with aiohttp.ClientSession() as session:
+                url = f"http://{tap}"
+                b_done = asyncio.Event()
+                a = asyncio.create_task(completion_stream(session, url, "a", short, A_TOKENS,
+                                                          until=b_done))
+                await asyncio.sleep(3.0)  # A decodes, the tracker sees it move
+                decoding = series(exporter.render(await exporter.snapshot()).decode())
+                b = await completion_stream(session, url, "b", fresh, 4)
+                await asyncio.sleep(1.0)  # A decodes on, then hangs up
+                b_done.set()
+                a_meter = await a
+                await asyncio.sleep(2.0)  # the tracker sees the stall over
+                after = series(exporter.render(await exporter.snapshot()).decode())
+        finally:
+            await exporter.close()
+        return decoding, b, a_meter, after
+
+    decoding, b, a, after = asyncio.run(scenario())
+
+    assert decoding["rig_engine_decode_stall_tracker_up"] == 1
+    assert decoding["rig_engine_decode_stall_seconds"] == 0
+    longest = a.timer.timing().max_gap_seconds
+    low, high = (after["rig_engine_decode_stall_max_seconds"],
+                 after["rig_engine_decode_stall_max_upper_seconds"])
+    print(f"\nA's longest gap {longest:.3f} s; tracker's bounds [{low:.3f}, {high:.3f}] s, "
+          f"middle {(low + high) / 2:.3f} s; B's TTFT {b.timer.timing().ttft_seconds:.2f} s")
+    assert longest > 1.0  # a real stall, not decode's cadence
+    assert low - EDGE_SECONDS <= longest <= high + EDGE_SECONDS
+    assert after["rig_engine_decode_stalled_seconds_total"] >= low
