@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import dataclasses
 
+from exporter.config import AgentConfig
 from exporter.streams.histogram import Histogram
-from exporter.tap.state import TapReading
+from exporter.tap.state import TapReading, TapState
 from tests.collector.registry import answered, collected
 
 MAIN = {"engine": "main", "kind": "sglang"}
@@ -58,3 +59,19 @@ def test_the_longest_gap_says_the_window_in_force() -> None:
     help_text = {f.name: f.documentation for f in collected(
         answered("tap/main", reading)).collect()}
     assert "in the last 6 s," in help_text["rig_stream_max_token_gap_seconds"]
+
+
+def test_an_agent_with_no_traffic_yet_reads_its_counts_and_no_prompt() -> None:
+    """What the tap has counted for an agent that has sent nothing is known: no
+    request, no stream, no gap. What only a request can tell (the prompt it last sent,
+    its cached share) is not, and stays absent rather than read 0."""
+    state = TapState(lambda: 1000.0, name="main",
+                     agents=[AgentConfig("analyst", header_name="X-Agent", header_value="a")])
+    registry = collected(answered("tap/main", state.reading("sglang", "main")))
+    analyst = {**MAIN, "agent": "analyst"}
+    assert registry.get_sample_value("rig_agent_requests_total",
+                                     {**analyst, "outcome": "ok"}) == 0.0
+    assert registry.get_sample_value("rig_agent_streams_active", analyst) == 0.0
+    assert registry.get_sample_value("rig_agent_max_token_gap_seconds", analyst) == 0.0
+    assert registry.get_sample_value("rig_agent_last_prompt_tokens", analyst) is None
+    assert registry.get_sample_value("rig_agent_cached_prompt_tokens_total", analyst) is None
