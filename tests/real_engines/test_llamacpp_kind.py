@@ -16,13 +16,10 @@ import time
 
 import aiohttp
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 
-from exporter.config import AgentConfig, Config, EngineConfig, GpuConfig, HostConfig
-from exporter.process.launch import free_port
 from exporter.runtime import Exporter
 from exporter.streams import StreamMeter
-from tests.support.real_engines import RealEngine
+from tests.support.real_engines import RealEngine, solo_exporter, solo_series
 
 pytestmark = pytest.mark.real_engine
 
@@ -34,18 +31,6 @@ EDGE_SECONDS = 0.3
 #: It hangs up a second after B's answer.
 A_TOKENS = 12_000
 B_PROMPT_TOKENS = 16_384
-
-
-def series(text: str) -> dict[str, float]:
-    values: dict[str, float] = {}
-    for family in text_string_to_metric_families(text):
-        for sample in family.samples:
-            if sample.labels.get("engine") != "solo":
-                continue
-            extra = [f"{k}={v}" for k, v in sorted(sample.labels.items())
-                     if k in ("slot", "agent", "tier", "outcome")]
-            values[sample.name + (f"[{','.join(extra)}]" if extra else "")] = sample.value
-    return values
 
 
 async def native_stream(session: aiohttp.ClientSession, url: str, agent: str,
@@ -67,13 +52,7 @@ async def native_stream(session: aiohttp.ClientSession, url: str, agent: str,
 @pytest.mark.timeout(900)  # a 16k prefill on one thread of a shared 2-core box
 @pytest.mark.parametrize("llama_engine", [("-b", "2048", "-t", "1")], indirect=True)
 def test_llamacpp_kind_end_to_end(llama_engine: RealEngine) -> None:
-    tap = f"127.0.0.1:{free_port()}"
-    engine = EngineConfig(name="solo", url=llama_engine.url, kind="llamacpp",
-                          tap_listen_address=tap, agents=(
-                              AgentConfig("alpha", header_name="X-Agent", header_value="a"),
-                              AgentConfig("beta", header_name="X-Agent", header_value="b")))
-    config = Config(gpu=GpuConfig(enabled=False), host=HostConfig(enabled=False),
-                    engines=(engine,))
+    config, url = solo_exporter(llama_engine, "llamacpp")
     rng = random.Random(29)
     # Token ids away from the special ones at the vocabulary's ends.
     short = [rng.randrange(300, 3900) for _ in range(64)]
@@ -84,27 +63,26 @@ def test_llamacpp_kind_end_to_end(llama_engine: RealEngine) -> None:
         await exporter.start()
         try:
             async with aiohttp.ClientSession() as session:
-                url = f"http://{tap}"
                 # Cached tokens per agent: the same prompt twice, on the same slot.
                 warm = await native_stream(session, url, "a", {"prompt": short,
                                                                "n_predict": 8})
                 again = await native_stream(session, url, "a", {"prompt": short,
                                                                 "n_predict": 8})
-                idle = series(exporter.render(await exporter.snapshot()).decode())
+                idle = solo_series(exporter.render(await exporter.snapshot()).decode())
                 # A decodes; 2 s later B's fresh 16k prompt arrives.
                 b_done = asyncio.Event()
                 a = asyncio.create_task(native_stream(session, url, "a", {
                     "prompt": short[:16], "n_predict": A_TOKENS, "ignore_eos": True},
                     until=b_done))
                 await asyncio.sleep(2.0)
-                decoding = series(exporter.render(await exporter.snapshot()).decode())
+                decoding = solo_series(exporter.render(await exporter.snapshot()).decode())
                 b = await native_stream(session, url, "b", {"prompt": fresh, "n_predict": 4})
-                during = series(exporter.render(await exporter.snapshot()).decode())
+                during = solo_series(exporter.render(await exporter.snapshot()).decode())
                 await asyncio.sleep(1.0)  # A decodes on, then hangs up
                 b_done.set()
                 a_meter = await a
                 await asyncio.sleep(2.0)  # llama-server notices the hang-up, releases A
-                after = series(exporter.render(await exporter.snapshot()).decode())
+                after = solo_series(exporter.render(await exporter.snapshot()).decode())
         finally:
             await exporter.close()
         return warm, again, idle, decoding, b, during, a_meter, after

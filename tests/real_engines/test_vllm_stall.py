@@ -17,13 +17,10 @@ import time
 
 import aiohttp
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 
-from exporter.config import AgentConfig, Config, EngineConfig, GpuConfig, HostConfig
-from exporter.process.launch import free_port
 from exporter.runtime import Exporter
 from exporter.streams import StreamMeter
-from tests.support.real_engines import MODEL, RealEngine
+from tests.support.real_engines import MODEL, RealEngine, solo_exporter, solo_series
 
 pytestmark = [pytest.mark.real_engine, pytest.mark.timeout(900)]
 
@@ -34,11 +31,6 @@ EDGE_SECONDS = 0.3
 A_TOKENS = 8_000
 B_PROMPT_TOKENS = 16_384
 WHOLE_PREFILL = ("--no-enable-chunked-prefill", "--max-num-batched-tokens", "32768")
-
-
-def series(text: str) -> dict[str, float]:
-    return {sample.name: sample.value for family in text_string_to_metric_families(text)
-            for sample in family.samples if sample.labels.get("engine") == "solo"}
 
 
 async def completion_stream(session: aiohttp.ClientSession, url: str, agent: str,
@@ -63,13 +55,7 @@ async def completion_stream(session: aiohttp.ClientSession, url: str, agent: str
 @pytest.mark.parametrize("vllm_engine", [WHOLE_PREFILL], indirect=True)
 def test_a_whole_prefill_stall_lies_within_the_trackers_bounds(
         vllm_engine: RealEngine) -> None:
-    tap = f"127.0.0.1:{free_port()}"
-    engine = EngineConfig(name="solo", url=vllm_engine.url, kind="vllm",
-                          tap_listen_address=tap, agents=(
-                              AgentConfig("alpha", header_name="X-Agent", header_value="a"),
-                              AgentConfig("beta", header_name="X-Agent", header_value="b")))
-    config = Config(gpu=GpuConfig(enabled=False), host=HostConfig(enabled=False),
-                    engines=(engine,))
+    config, url = solo_exporter(vllm_engine, "vllm")
     rng = random.Random(29)
     # Token ids away from the special ones at the vocabulary's ends.
     short = [rng.randrange(300, 3900) for _ in range(16)]
@@ -80,18 +66,17 @@ def test_a_whole_prefill_stall_lies_within_the_trackers_bounds(
         await exporter.start()
         try:
             async with aiohttp.ClientSession() as session:
-                url = f"http://{tap}"
                 b_done = asyncio.Event()
                 a = asyncio.create_task(completion_stream(session, url, "a", short, A_TOKENS,
                                                           until=b_done))
                 await asyncio.sleep(3.0)  # A decodes, the tracker sees it move
-                decoding = series(exporter.render(await exporter.snapshot()).decode())
+                decoding = solo_series(exporter.render(await exporter.snapshot()).decode())
                 b = await completion_stream(session, url, "b", fresh, 4)
                 await asyncio.sleep(1.0)  # A decodes on, then hangs up
                 b_done.set()
                 a_meter = await a
                 await asyncio.sleep(2.0)  # the tracker sees the stall over
-                after = series(exporter.render(await exporter.snapshot()).decode())
+                after = solo_series(exporter.render(await exporter.snapshot()).decode())
         finally:
             await exporter.close()
         return decoding, b, a_meter, after

@@ -21,6 +21,9 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from prometheus_client.parser import text_string_to_metric_families
+
+from exporter.config import AgentConfig, Config, EngineConfig, GpuConfig, HostConfig
 from exporter.process.launch import Process, free_port, wait_ready
 
 CACHE = Path(os.environ.get("RIG_TELEMETRY_CACHE", Path.home() / ".cache" / "rig-telemetry"))
@@ -153,3 +156,32 @@ def _started(kind: str, argv: list[str], log_dir: Path | None, port: int,
         url = f"http://127.0.0.1:{port}"
         wait_ready(url + ready_path, process, timeout)
         yield RealEngine(kind, url, flags, process)
+
+
+#: The engine name the in-process exporters of the tier's tests give their engine.
+SOLO = "solo"
+
+
+def solo_exporter(engine: RealEngine, kind: str) -> tuple[Config, str]:
+    """An in-process exporter's config for `engine` alone (no GPU, no host), with a tap
+    naming agents alpha (`X-Agent: a`) and beta (`X-Agent: b`); and the tap's URL."""
+    tap = f"127.0.0.1:{free_port()}"
+    config = EngineConfig(name=SOLO, url=engine.url, kind=kind, tap_listen_address=tap,
+                          agents=(AgentConfig("alpha", header_name="X-Agent", header_value="a"),
+                                  AgentConfig("beta", header_name="X-Agent", header_value="b")))
+    return Config(gpu=GpuConfig(enabled=False), host=HostConfig(enabled=False),
+                  engines=(config,)), f"http://{tap}"
+
+
+def solo_series(text: str) -> dict[str, float]:
+    """The solo engine's samples by name, with the labels that tell them apart
+    (slot, agent, tier, outcome) in brackets."""
+    values: dict[str, float] = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.labels.get("engine") != SOLO:
+                continue
+            extra = [f"{k}={v}" for k, v in sorted(sample.labels.items())
+                     if k in ("slot", "agent", "tier", "outcome")]
+            values[sample.name + (f"[{','.join(extra)}]" if extra else "")] = sample.value
+    return values
