@@ -26,7 +26,6 @@ a llama-server schedules alike at the grain the exporter sees, one batch of at m
 from __future__ import annotations
 
 import argparse
-import asyncio
 import contextlib
 import dataclasses
 import time
@@ -34,8 +33,9 @@ from dataclasses import dataclass, field
 
 from aiohttp import web
 
-from exporter.sim.engine import control, generation
+from exporter.sim.engine import generation
 from exporter.sim.engine.scheduler import OUTPUT_TEXT, Phase, Request
+from exporter.sim.engine.serving import Serving
 from exporter.sim.engine.state import SimEngine
 
 BUILD_INFO = "b1-sim"
@@ -68,24 +68,22 @@ class SlotBook:
         return deferred
 
 
-class LlamacppSimServer:
-    """The aiohttp app; `start()` binds 127.0.0.1 on a free port."""
+class LlamacppSimServer(Serving):
+    """llama-server's routes around a SimEngine (serving.py: the app, start and stop)."""
 
     def __init__(self, state: SimEngine | None = None, slots: int = DEFAULT_SLOTS) -> None:
-        self.state = state or SimEngine(model="tiny.gguf", tp_size=1, context_len=32768,
-                                        max_total_num_tokens=32768)
+        super().__init__(state or SimEngine(model="tiny.gguf", tp_size=1, context_len=32768,
+                                            max_total_num_tokens=32768))
         # llama.cpp reports the cached part of every prompt (usage and timings).
         self.state.enable_cache_report = True
         # A request decodes only in a slot: as many run as there are slots.
         self.state.set_policy(dataclasses.replace(self.state.policy,
                                                   max_running_requests=slots))
         self.book = SlotBook(slots)
-        self.hub = generation.StreamHub(self.state)
-        self.control = control.Control(self.state)
         self.started_us = int(time.monotonic() * 1e6)  # like ggml_time_us(): not Unix time
         self._gauges_since = (time.monotonic(), 0.0, 0.0)  # (at, prompt, predicted)
         self._longest = 0
-        app = self.app = web.Application(middlewares=[control.loopback_only])
+        app = self.app
         app.router.add_get("/metrics", self.metrics)
         app.router.add_get("/slots", self.slots)
         app.router.add_get("/props", self.props)
@@ -95,31 +93,8 @@ class LlamacppSimServer:
         app.router.add_post("/v1/completions", self.completions)
         for path in ("/v1/chat/completions", "/chat/completions"):
             app.router.add_post(path, self.chat_completions)
-        app.add_routes(self.control.routes())
-        app.cleanup_ctx.append(self._pump)
-        self._runner: web.AppRunner | None = None
-        self.url = ""
         #: How many /slots requests were answered.
         self.slots_served = 0
-
-    async def _pump(self, app: web.Application):
-        task = asyncio.create_task(self.hub.pump())
-        yield
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
-
-    async def start(self, host: str = "127.0.0.1", port: int = 0) -> str:
-        self._runner = web.AppRunner(self.app, shutdown_timeout=0.5)
-        await self._runner.setup()
-        await web.TCPSite(self._runner, host, port).start()
-        bound = self._runner.addresses[0]
-        self.url = f"http://{bound[0]}:{bound[1]}"
-        return self.url
-
-    async def stop(self) -> None:
-        if self._runner is not None:
-            await self._runner.cleanup()
 
     # -- what the server reports --------------------------------------------------
 

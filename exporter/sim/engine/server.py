@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import dataclasses
 import functools
 import gzip
@@ -38,6 +37,7 @@ from prometheus_client.utils import floatToGoString
 
 from exporter.sim.engine import control, generation
 from exporter.sim.engine.scheduler import Policy
+from exporter.sim.engine.serving import Serving
 from exporter.sim.engine.state import Fault, Histogram, SimEngine
 
 TEMPLATE = Path(__file__).parent / "templates" / "sglang-0.5.23-multiproc.txt"
@@ -198,15 +198,12 @@ def _label_text(items: tuple[tuple[str, str], ...]) -> str:
     return "{" + ",".join(f'{k}="{v}"' for k, v in sorted(items)) + "}"
 
 
-class SimServer:
-    """The aiohttp app around a SimEngine; `start()` binds 127.0.0.1 on a free port."""
+class SimServer(Serving):
+    """SGLang's routes around a SimEngine (serving.py: the app, start and stop)."""
 
     def __init__(self, state: SimEngine | None = None) -> None:
-        self.state = state or SimEngine()
+        super().__init__(state or SimEngine())
         self.blocks = load_template()
-        self.hub = generation.StreamHub(self.state)
-        self.control = control.Control(self.state)
-        self.app = web.Application(middlewares=[control.loopback_only])
         self.app.router.add_get("/metrics", self.metrics)
         self.app.router.add_get("/server_info", self.server_info)
         self.app.router.add_get("/get_server_info", self.get_server_info)
@@ -216,34 +213,10 @@ class SimServer:
         self.app.router.add_post("/generate", self.generate)
         self.app.router.add_post("/v1/completions", self.completions)
         self.app.router.add_post("/v1/chat/completions", self.chat_completions)
-        self.app.add_routes(self.control.routes())
-        self.app.cleanup_ctx.append(self._pump)
-        self._runner: web.AppRunner | None = None
-        self.url = ""
         #: The JSON bodies /generate received, for tests to check what a client sent.
         self.generate_requests: list[dict] = []
         #: How many /metrics answers were gzipped because the client asked for it.
         self.gzipped_metrics = 0
-
-    async def _pump(self, app: web.Application):
-        task = asyncio.create_task(self.hub.pump())
-        yield
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
-
-    async def start(self, host: str = "127.0.0.1", port: int = 0) -> str:
-        self._runner = web.AppRunner(self.app, shutdown_timeout=0.5)
-        await self._runner.setup()
-        site = web.TCPSite(self._runner, host, port)
-        await site.start()
-        bound = self._runner.addresses[0]
-        self.url = f"http://{bound[0]}:{bound[1]}"
-        return self.url
-
-    async def stop(self) -> None:
-        if self._runner is not None:
-            await self._runner.cleanup()
 
     async def metrics(self, request: web.Request) -> web.StreamResponse:
         fault = self.state.fault
