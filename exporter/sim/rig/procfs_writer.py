@@ -5,8 +5,9 @@ size, as the host source reads them), the kernel's PSI doc for pressure/memory (
 the hwmon ABI for the CPU's k10temp chip (`name`, `tempN_input` in m°C,
 `tempN_label`). Every file is replaced whole (write, then rename), so a reader
 never sees half a file while a scenario rewrites it, and only when its text changes:
-on ext4 a rename over a file flushes the new one's data (its `auto_da_alloc`), which
-at every tick of many simulated rigs cost their event loop a third of its time.
+on ext4 a rename over a file forces the new one's data out (`auto_da_alloc`), which at
+every tick of many simulated rigs cost their event loop a third of its time
+(docs/testing.md#what-each-run-costs).
 """
 
 from __future__ import annotations
