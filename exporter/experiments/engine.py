@@ -28,7 +28,7 @@ import aiohttp
 from exporter.engines.exposition import parse
 from exporter.engines.fetch import get_text
 from exporter.engines.generation import api_for
-from exporter.engines.info import SGLANG_INFO_PATHS, sglang_info
+from exporter.engines.info import SGLANG_INFO_PATHS, llamacpp_info, sglang_info
 from exporter.snapshot import SourceError
 
 ENGINE_KINDS = ("sglang", "vllm", "llamacpp", "openai")
@@ -158,9 +158,9 @@ async def _sglang(session: aiohttp.ClientSession, url: str) -> EngineFacts:
 
 async def _llamacpp(session: aiohttp.ClientSession, url: str) -> EngineFacts:
     props = await _json(session, url + "/props")
-    settings = props.get("default_generation_settings")
-    if not isinstance(settings, dict):
+    if not isinstance(props.get("default_generation_settings"), dict):
         raise SourceError(f"GET {url}/props: no default_generation_settings")
+    info = llamacpp_info(props)  # the version and a slot's context, as the exporter reads them
     sources = ["/props"]
     vocab = None
     try:
@@ -172,8 +172,8 @@ async def _llamacpp(session: aiohttp.ClientSession, url: str) -> EngineFacts:
     except SourceError:
         pass  # the vocabulary stays unknown: --vocab-size, or the default id range
     return EngineFacts(
-        kind="llamacpp", version=str(props.get("build_info", "")),
-        context_length_tokens=_count(settings.get("n_ctx")),
+        kind="llamacpp", version=info.version,
+        context_length_tokens=info.context_length_tokens,
         slots=_count(props.get("total_slots")), vocab_size=vocab,
         sources=tuple(sources))
 
