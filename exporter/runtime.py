@@ -20,7 +20,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 
 from exporter.collector import RigCollector
 from exporter.config import Config
-from exporter.engines.probe import PROBED_KINDS, ProbeSource
+from exporter.engines.probe import ProbeSource
 from exporter.engines.source import EngineSource
 from exporter.health.monitor import HealthMonitor
 from exporter.health.report import Report
@@ -65,11 +65,8 @@ def build_sources(config: Config,
         engine = add(("engine", table), EngineSource, engine_config)
         # The probe starts after its engine (start order is list order), whose session
         # it shares.
-        if engine_config.probe_interval_seconds > 0 and engine_config.kind in PROBED_KINDS:
+        if engine_config.probe_interval_seconds > 0:
             add(("probe", table), ProbeSource, engine)
-        elif engine_config.probe_interval_seconds > 0:
-            log.warning("engine %s: no stream probe for kind %s (only %s)",
-                        engine_config.name, engine_config.kind, ", ".join(PROBED_KINDS))
         if engine_config.tap_listen_address:
             tap = add(tap_key(engine_config), TapSource, engine_config)
             assert isinstance(tap, TapSource)

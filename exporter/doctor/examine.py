@@ -28,7 +28,7 @@ from exporter.doctor.host import host_checks
 from exporter.doctor.prometheus import prometheus_checks
 from exporter.doctor.report import Check, Verdict, skip
 from exporter.doctor.watch import Scrape, Watch, scrape
-from exporter.engines.probe import PROBED_KINDS, ProbeResult, StreamProbe
+from exporter.engines.probe import ProbeResult, StreamProbe
 from exporter.schema import engine_source
 
 MIN_WATCH_SECONDS = 5.0
@@ -87,13 +87,13 @@ def examine(r: Request, sleep: Callable[[float], None] = time.sleep) -> Verdict:
 
 
 def _probed_engines(config: Config | None, first: Scrape) -> list[EngineConfig]:
-    """The config's engines of a kind the probe can ask (SGLang, vLLM) that the
-    exporter reads, each pointed at its tap if it has one."""
+    """The config's engines that the exporter reads, each pointed at its tap if it has
+    one."""
     if config is None:
         return []
     served = {s.labels.get("source", "") for s in first.all("rig_source_up")}
     return [dataclasses.replace(e, url=_tap_url(e.tap_listen_address) or e.url)
-            for e in config.engines if e.kind in PROBED_KINDS and engine_source(e.name) in served]
+            for e in config.engines if engine_source(e.name) in served]
 
 
 def _tap_url(address: str) -> str:

@@ -72,10 +72,6 @@ def probe_prompt(configured: str) -> str:
     return configured or f"[rig probe {uuid.uuid4().hex}] {DEFAULT_PROMPT}"
 
 
-#: The engine kinds the exporter probes on a schedule.
-PROBED_KINDS = ("sglang", "vllm")
-
-
 def probe_request(config: EngineConfig, api: str | None = None) -> tuple[str, dict[str, object]]:
     """The route and body of one probe: SGLang's native /generate; on vLLM, which has
     no /generate (404), and on any other engine, the OpenAI completions route, whose

@@ -4,6 +4,7 @@ reads it as kind "llamacpp" end to end (collector, per-slot series, stall tracke
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import time
 from pathlib import Path
@@ -155,3 +156,31 @@ def test_a_llamacpp_rig_serves_its_agents_through_the_tap() -> None:
     cached = next(float(line.rpartition(" ")[2]) for line in text.splitlines()
                   if line.startswith('rig_agent_cached_prompt_tokens_total{agent="creative"'))
     assert cached == sum(t.cached_tokens or 0 for t in creative)
+
+
+def test_the_exporter_probes_a_llamacpp_on_its_schedule():
+    """The stream probe on llama.cpp asks /v1/completions, where the usage comes on the
+    last frame: a probe of 8 tokens succeeds and counts them."""
+
+    async def scenario():
+        server = LlamacppSimServer()
+        await server.start()
+        engine = dataclasses.replace(engine_config(server.url, kind="llamacpp"),
+                                     probe_interval_seconds=60.0, probe_max_new_tokens=8)
+        exporter = Exporter(Config(gpu=GpuConfig(enabled=False), host=HostConfig(enabled=False),
+                                   engines=(engine,)))
+        await exporter.start()
+        try:
+            deadline = time.monotonic() + 30
+            while True:  # the first probe runs at start
+                seen = exporter_series(exporter.render(await exporter.snapshot()).decode())
+                if "rig_probe_success" in seen or time.monotonic() > deadline:
+                    return seen
+                await asyncio.sleep(0.2)
+        finally:
+            await exporter.close()
+            await server.stop()
+
+    seen = asyncio.run(scenario())
+    assert seen.get("rig_probe_success") == 1, seen
+    assert seen["rig_probe_ttft_seconds"] > 0
