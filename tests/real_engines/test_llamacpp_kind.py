@@ -19,7 +19,7 @@ import pytest
 
 from exporter.runtime import Exporter
 from exporter.streams import StreamMeter
-from tests.support.real_engines import RealEngine, solo_exporter, solo_series
+from tests.support.real_engines import RealEngine, solo_exporter, solo_series, token_ids
 
 pytestmark = pytest.mark.real_engine
 
@@ -54,9 +54,7 @@ async def native_stream(session: aiohttp.ClientSession, url: str, agent: str,
 def test_llamacpp_kind_end_to_end(llama_engine: RealEngine) -> None:
     config, url = solo_exporter(llama_engine, "llamacpp")
     rng = random.Random(29)
-    # Token ids away from the special ones at the vocabulary's ends.
-    short = [rng.randrange(300, 3900) for _ in range(64)]
-    fresh = [rng.randrange(300, 3900) for _ in range(B_PROMPT_TOKENS)]
+    short, fresh = token_ids(64, rng), token_ids(B_PROMPT_TOKENS, rng)
 
     async def scenario():
         exporter = Exporter(config)

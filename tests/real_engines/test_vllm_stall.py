@@ -20,7 +20,7 @@ import pytest
 
 from exporter.runtime import Exporter
 from exporter.streams import StreamMeter
-from tests.support.real_engines import MODEL, RealEngine, solo_exporter, solo_series
+from tests.support.real_engines import MODEL, RealEngine, solo_exporter, solo_series, token_ids
 
 pytestmark = [pytest.mark.real_engine, pytest.mark.timeout(900)]
 
@@ -57,9 +57,7 @@ def test_a_whole_prefill_stall_lies_within_the_trackers_bounds(
         vllm_engine: RealEngine) -> None:
     config, url = solo_exporter(vllm_engine, "vllm")
     rng = random.Random(29)
-    # Token ids away from the special ones at the vocabulary's ends.
-    short = [rng.randrange(300, 3900) for _ in range(16)]
-    fresh = [rng.randrange(300, 3900) for _ in range(B_PROMPT_TOKENS)]
+    short, fresh = token_ids(16, rng), token_ids(B_PROMPT_TOKENS, rng)
 
     async def scenario():
         exporter = Exporter(config)

@@ -14,6 +14,7 @@ import contextlib
 import fcntl
 import hashlib
 import os
+import random
 import shutil
 import subprocess
 import tempfile
@@ -171,6 +172,12 @@ def solo_exporter(engine: RealEngine, kind: str) -> tuple[Config, str]:
                                   AgentConfig("beta", header_name="X-Agent", header_value="b")))
     return Config(gpu=GpuConfig(enabled=False), host=HostConfig(enabled=False),
                   engines=(config,)), f"http://{tap}"
+
+
+def token_ids(count: int, rng: random.Random) -> list[int]:
+    """A prompt of `count` token ids of the tiny models' vocabulary, away from the
+    special ones at its ends."""
+    return [rng.randrange(300, 3900) for _ in range(count)]
 
 
 def solo_series(text: str) -> dict[str, float]:
