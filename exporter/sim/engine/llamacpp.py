@@ -200,14 +200,6 @@ class LlamacppSimServer(Serving):
 
     # -- generation ---------------------------------------------------------------
 
-    async def completions(self, request: web.Request) -> web.StreamResponse:
-        return await generation.completions(self.hub, request,
-                                            await generation.read_json(request))
-
-    async def chat_completions(self, request: web.Request) -> web.StreamResponse:
-        return await generation.chat_completions(self.hub, request,
-                                                 await generation.read_json(request))
-
     async def native(self, http: web.Request) -> web.StreamResponse:
         """llama.cpp's /completion: `prompt`, `n_predict` (-1: no limit), `stream`."""
         body = await generation.read_json(http)

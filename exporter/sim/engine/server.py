@@ -293,14 +293,6 @@ class SimServer(Serving):
             self.generate_requests.append(body)
         return await generation.generate(self.hub, request, body)
 
-    async def completions(self, request: web.Request) -> web.StreamResponse:
-        return await generation.completions(self.hub, request,
-                                            await generation.read_json(request))
-
-    async def chat_completions(self, request: web.Request) -> web.StreamResponse:
-        return await generation.chat_completions(self.hub, request,
-                                                 await generation.read_json(request))
-
     async def _huge(self, request: web.Request) -> web.StreamResponse:
         # Chunked, with no Content-Length to refuse it by: the client must count.
         response = web.StreamResponse()

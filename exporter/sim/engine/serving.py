@@ -2,8 +2,8 @@
 clients only, with the simulator's control routes, and the stream pump that moves the
 scheduler forward running for as long as the app serves.
 
-SimServer (SGLang, `server.py`) and LlamacppSimServer (`llamacpp.py`) add their own
-routes to `app`.
+SimServer (SGLang, `server.py`) and LlamacppSimServer (`llamacpp.py`) add their routes
+to `app`; the OpenAI ones' handlers are here.
 """
 
 from __future__ import annotations
@@ -30,6 +30,16 @@ class Serving:
         self.app.cleanup_ctx.append(self._pump)
         self._runner: web.AppRunner | None = None
         self.url = ""
+
+    # The OpenAI routes, the same on both servers (generation.py).
+
+    async def completions(self, request: web.Request) -> web.StreamResponse:
+        return await generation.completions(self.hub, request,
+                                            await generation.read_json(request))
+
+    async def chat_completions(self, request: web.Request) -> web.StreamResponse:
+        return await generation.chat_completions(self.hub, request,
+                                                 await generation.read_json(request))
 
     async def _pump(self, app: web.Application) -> AsyncIterator[None]:
         task = asyncio.create_task(self.hub.pump())
