@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from exporter.engines.stall.readers import MetricsBody
+from exporter.engines.stall.readers import MetricsBody, TrackerBlind
 from exporter.engines.stall.tracker import StallPoller
 from exporter.engines.stall.vllm import ENGINE_STEPS, StepPlanner, VllmMetricsReader
 
@@ -28,6 +28,18 @@ def test_counters_from_a_real_vllm_body():
     assert c.finished == 4.0  # stop 3 + length 1, summed over finished_reason
     progress = StepPlanner("main").progress(c, 0.0)
     assert (progress.decode, progress.in_flight) == (3508.0, 2.0)
+
+
+def test_a_body_without_the_running_gauge_is_blind_and_names_it():
+    body = "\n".join(line for line in FIXTURE.read_text().splitlines()
+                     if "num_requests_running" not in line) + "\n"
+
+    async def fetch() -> str:
+        return body
+
+    with pytest.raises(TrackerBlind, match="holds no vllm:num_requests_running$") as blind:
+        asyncio.run(VllmMetricsReader(MetricsBody(fetch), 0.25).read())
+    assert blind.value.cause == "no_running_gauge"
 
 
 class SteppingVllm:

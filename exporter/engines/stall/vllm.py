@@ -43,6 +43,8 @@ ENGINE_STEPS = SignalPlan("engine_steps", "generation_tokens",
 
 class VllmMetricsReader(MetricsReader):
     how = "vLLM's /metrics under a 2 % engine-render budget"
+    running_gauge = PREFIX + "num_requests_running"
+    running_gauge_note = ""
 
     def __init__(self, body: MetricsBody, floor_seconds: float) -> None:
         super().__init__(body, floor_seconds)
