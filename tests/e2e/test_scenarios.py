@@ -48,11 +48,13 @@ STALL_SCALE = 2.0
 # The wedged engine's stream probe must time out well before its heal: its deadline
 # (60 s / the rig's stall scale, real seconds) at x2 would be 450 rig seconds, and the
 # page would come a few seconds before the heal. No rule it trips reads a stall.
-# The stutter's 3.997 s pauses would last 2.0 s at x2, against the tracker's 1 s floor
-# (MIN_STALL_SECONDS, real time) on its lower bound, which on a busy box lies up to a
-# poll and an answer short of the pause: at x1.5 they last 2.7 s, and their middle,
-# 5.3 s at the rules' x2, stays in the stutter's 2-10 s.
-RIG_STALL_SCALES = {"engine-wedged": 5.0, "mixed-chunk-stutter": 1.5}
+# The stutter's 3.997 s pauses must read as 1-5 s real (the rules' 2-10 s at x2) on a
+# busy box, where the tracker's bracket widens with its budget's poll spacing: at x2
+# (2.0 s) the lower bound, a poll and an answer short, fell under the tracker's 1 s
+# floor (MIN_STALL_SECONDS) and stalls went unseen; at x1.5 (2.7 s) a slow answer
+# once stretched an upper bound until the middle read 5 s, a starvation page. x1.75
+# (2.3 s) leaves room on both sides.
+RIG_STALL_SCALES = {"engine-wedged": 5.0, "mixed-chunk-stutter": 1.75}
 # Fifteen simulated engines render /metrics in this one process: the stall
 # tracker polls at 2 Hz (0.5 s resolves the 5 s compressed threshold), and the
 # rigs tick at 4 Hz.
