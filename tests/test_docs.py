@@ -19,19 +19,21 @@ _LINK = re.compile(r"\[[^\]]*\]\(\s*<?([^)\s>]+)>?(?:\s+\"[^\"]*\")?\s*\)")
 _HEADING = re.compile(r"^ {0,3}#{1,6}\s+(.*?)\s*#*\s*$")
 _EXTERNAL = re.compile(r"^[a-z][a-z0-9+.-]*:", re.IGNORECASE)  # http:, https:, mailto:
 
-# Citations of material a user who clones the repository does not have.
-UNOPENABLE_CITATIONS = {
-    "../shared": re.compile(r"\.\./shared"),
-    "rig-facts": re.compile(r"rig-facts"),
-    "anchors.md": re.compile(r"anchors\.md"),
-    "amd-gpu.md": re.compile(r"amd-gpu\.md"),
-    "sglang-metrics.md": re.compile(r"sglang-metrics\.md"),
-    "sglang-releases.md": re.compile(r"sglang-releases\.md"),
-    "DESIGN §": re.compile(r"DESIGN §"),
-    "reference/ as a path": re.compile(r"(?<![\w-])reference/[\w.-]"),
-    "reference §": re.compile(r"\breference §"),
-    "issue #N": re.compile(r"\bissue #\d+", re.IGNORECASE),
-}
+# Citations of material a user who clones the repository does not have. Each is named
+# by its own pattern, written so that this file does not itself read as such a citation
+# to a plain text search of the repository.
+UNOPENABLE_CITATIONS = {pattern.pattern: pattern for pattern in (
+    re.compile(r"\.\./sha[r]ed"),
+    re.compile(r"rig[-]facts"),
+    re.compile(r"anchors\.md"),
+    re.compile(r"amd-gpu\.md"),
+    re.compile(r"sglang-metrics\.md"),
+    re.compile(r"sglang-releases\.md"),
+    re.compile(r"DESIGN[ ]§"),
+    re.compile(r"(?<![\w-])reference/[\w.-]"),
+    re.compile(r"\breference[ ]§"),
+    re.compile(r"\bissue[ ]#\d+", re.IGNORECASE),
+)}
 NOT_SCANNED = ("tests/fixtures/", "tests/test_docs.py")
 # A citation of a docs page in code or text: docs/stall-tracker.md#stopping.
 _DOCS_CITATION = re.compile(r"(?<![\w./-])(docs/[\w./-]+\.md)(?:#([\w-]+))?")
