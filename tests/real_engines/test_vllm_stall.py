@@ -18,9 +18,8 @@ import time
 import aiohttp
 import pytest
 
-from exporter.runtime import Exporter
 from exporter.streams import StreamMeter
-from tests.support.real_engines import MODEL, RealEngine, solo_exporter, solo_series, token_ids
+from tests.support.real_engines import MODEL, RealEngine, solo_exporter, token_ids
 
 pytestmark = [pytest.mark.real_engine, pytest.mark.timeout(900)]
 
@@ -55,28 +54,23 @@ async def completion_stream(session: aiohttp.ClientSession, url: str, agent: str
 @pytest.mark.parametrize("vllm_engine", [WHOLE_PREFILL], indirect=True)
 def test_a_whole_prefill_stall_lies_within_the_trackers_bounds(
         vllm_engine: RealEngine) -> None:
-    config, url = solo_exporter(vllm_engine, "vllm")
     rng = random.Random(29)
     short, fresh = token_ids(16, rng), token_ids(B_PROMPT_TOKENS, rng)
 
     async def scenario():
-        exporter = Exporter(config)
-        await exporter.start()
-        try:
-            async with aiohttp.ClientSession() as session:
-                b_done = asyncio.Event()
-                a = asyncio.create_task(completion_stream(session, url, "a", short, A_TOKENS,
-                                                          until=b_done))
-                await asyncio.sleep(3.0)  # A decodes, the tracker sees it move
-                decoding = solo_series(exporter.render(await exporter.snapshot()).decode())
-                b = await completion_stream(session, url, "b", fresh, 4)
-                await asyncio.sleep(1.0)  # A decodes on, then hangs up
-                b_done.set()
-                a_meter = await a
-                await asyncio.sleep(2.0)  # the tracker sees the stall over
-                after = solo_series(exporter.render(await exporter.snapshot()).decode())
-        finally:
-            await exporter.close()
+        async with solo_exporter(vllm_engine, "vllm") as solo, \
+                aiohttp.ClientSession() as session:
+            b_done = asyncio.Event()
+            a = asyncio.create_task(completion_stream(session, solo.url, "a", short, A_TOKENS,
+                                                      until=b_done))
+            await asyncio.sleep(3.0)  # A decodes, the tracker sees it move
+            decoding = await solo.scrape()
+            b = await completion_stream(session, solo.url, "b", fresh, 4)
+            await asyncio.sleep(1.0)  # A decodes on, then hangs up
+            b_done.set()
+            a_meter = await a
+            await asyncio.sleep(2.0)  # the tracker sees the stall over
+            after = await solo.scrape()
         return decoding, b, a_meter, after
 
     decoding, b, a, after = asyncio.run(scenario())

@@ -18,7 +18,7 @@ import random
 import shutil
 import subprocess
 import tempfile
-from collections.abc import Iterator, Sequence
+from collections.abc import AsyncIterator, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -26,6 +26,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from exporter.config import AgentConfig, Config, EngineConfig, GpuConfig, HostConfig
 from exporter.process.launch import Process, free_port, wait_ready
+from exporter.runtime import Exporter
 
 CACHE = Path(os.environ.get("RIG_TELEMETRY_CACHE", Path.home() / ".cache" / "rig-telemetry"))
 VLLM_VENV = CACHE / "vllm-venv"
@@ -163,15 +164,33 @@ def _started(kind: str, argv: list[str], log_dir: Path | None, port: int,
 SOLO = "solo"
 
 
-def solo_exporter(engine: RealEngine, kind: str) -> tuple[Config, str]:
-    """An in-process exporter's config for `engine` alone (no GPU, no host), with a tap
-    naming agents alpha (`X-Agent: a`) and beta (`X-Agent: b`); and the tap's URL."""
+@dataclass(frozen=True)
+class Solo:
+    """An in-process exporter of one engine, and its tap's URL."""
+
+    exporter: Exporter
+    url: str
+
+    async def scrape(self) -> dict[str, float]:
+        """A scrape's samples of the engine (`solo_series`)."""
+        return solo_series(self.exporter.render(await self.exporter.snapshot()).decode())
+
+
+@contextlib.asynccontextmanager
+async def solo_exporter(engine: RealEngine, kind: str) -> AsyncIterator[Solo]:
+    """An in-process exporter of `engine` alone (no GPU, no host), running, with a tap
+    naming agents alpha (`X-Agent: a`) and beta (`X-Agent: b`); closed after."""
     tap = f"127.0.0.1:{free_port()}"
-    config = EngineConfig(name=SOLO, url=engine.url, kind=kind, tap_listen_address=tap,
-                          agents=(AgentConfig("alpha", header_name="X-Agent", header_value="a"),
-                                  AgentConfig("beta", header_name="X-Agent", header_value="b")))
-    return Config(gpu=GpuConfig(enabled=False), host=HostConfig(enabled=False),
-                  engines=(config,)), f"http://{tap}"
+    table = EngineConfig(name=SOLO, url=engine.url, kind=kind, tap_listen_address=tap,
+                         agents=(AgentConfig("alpha", header_name="X-Agent", header_value="a"),
+                                 AgentConfig("beta", header_name="X-Agent", header_value="b")))
+    exporter = Exporter(Config(gpu=GpuConfig(enabled=False), host=HostConfig(enabled=False),
+                               engines=(table,)))
+    await exporter.start()
+    try:
+        yield Solo(exporter, f"http://{tap}")
+    finally:
+        await exporter.close()
 
 
 def token_ids(count: int, rng: random.Random) -> list[int]:
