@@ -233,9 +233,12 @@ def test_a_source_that_raises_each_scrape_logs_one_traceback(
 
     with caplog.at_level(logging.INFO):
         asyncio.run(scrapes())
-    assert len(caplog.records) == 1
-    assert caplog.records[0].exc_info is not None
-    assert caplog.records[0].getMessage().startswith("source host down: ValueError: ")
+    # The exporter's own lines: a worker's earlier test may leave an HTTP client task
+    # that asyncio reports when the garbage collector meets it here (seen once).
+    records = [r for r in caplog.records if r.name.startswith("exporter")]
+    assert len(records) == 1
+    assert records[0].exc_info is not None
+    assert records[0].getMessage().startswith("source host down: ValueError: ")
 
 
 def test_an_unreadable_source_says_so_again_after_recovery(
