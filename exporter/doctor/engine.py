@@ -8,7 +8,6 @@ the rig host, and the engine's /metrics once (one render) to compare.
 
 from __future__ import annotations
 
-import asyncio
 import math
 
 import aiohttp
@@ -29,6 +28,7 @@ from exporter.engines.stall.readers import (
     merge_files,
     process_alive,
 )
+from exporter.process.ctrl_c import run_interruptible
 from exporter.schema import engine_source
 from exporter.snapshot import SourceError
 
@@ -258,7 +258,7 @@ def _metrics_dir(c: Context, name: str) -> Check:
                         "file with SGLang's counters (nor does a tmp* directory in it): the "
                         "stall tracker reads nothing", fix)
         try:
-            served = asyncio.run(_engine_counters(config))
+            served = run_interruptible(_engine_counters(config))
         except SourceError as exc:
             return skip("metrics_dir", name, f"{name}: {directory}: cannot read the engine to "
                         f"compare: {exc}", "start the engine")

@@ -16,7 +16,6 @@ generations.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import sys
 from pathlib import Path
@@ -42,6 +41,7 @@ from exporter.experiments.report import (
 from exporter.experiments.starvation import StarvationSettings, run_starvation
 from exporter.experiments.stream import StreamFailed
 from exporter.experiments.sweep import SweepSettings, run_sweep
+from exporter.process.ctrl_c import run_interruptible
 from exporter.process.endings import Interrupted
 from exporter.rigctl.common import (
     EXIT_CRITICAL,
@@ -189,7 +189,7 @@ def _run_once(args: argparse.Namespace, engine: str, records: list[dict[str, Any
     label = args.label if engine == args.engine else f"{args.label or 'compare'} ({engine})"
     try:
         if args.experiment == "starvation":
-            result = asyncio.run(run_starvation(StarvationSettings(
+            result = run_interruptible(run_starvation(StarvationSettings(
                 engine=engine, api=args.api, overrides=overrides,
                 b_engine=args.b_engine if engine == args.engine else None,
                 context_tokens=args.context_tokens,
@@ -197,13 +197,13 @@ def _run_once(args: argparse.Namespace, engine: str, records: list[dict[str, Any
                 a_max_tokens=args.a_max_tokens, label=label,
                 timeout_seconds=args.timeout), progress))
         else:
-            result = asyncio.run(run_sweep(SweepSettings(
+            result = run_interruptible(run_sweep(SweepSettings(
                 engine=engine, api=args.api, overrides=overrides,
                 concurrency=args.concurrency, context_tokens=args.context_tokens,
                 max_new_tokens=args.max_new_tokens, label=label,
                 timeout_seconds=args.timeout), progress))
     except KeyboardInterrupt:
-        # asyncio.run has cancelled the experiment, whose cleanup closed every stream.
+        # run_interruptible has cancelled the experiment, whose cleanup closed every stream.
         raise Interrupted(f"rigctl bench {args.experiment}: interrupted; its streams are "
                           "closed") from None
     except EngineRefused as exc:

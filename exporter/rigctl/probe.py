@@ -11,7 +11,6 @@ says otherwise), the one RigDecodeStarvation and `rigctl health` use.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import sys
 from typing import TextIO
 
@@ -21,6 +20,7 @@ from exporter.config import EngineConfig
 from exporter.engines.generation import api_for
 from exporter.engines.probe import ProbeResult, StreamProbe
 from exporter.experiments.engine import ENGINE_KINDS, EngineRefused, engine_facts
+from exporter.process.ctrl_c import run_interruptible
 from exporter.rigctl.common import (
     EXIT_CRITICAL,
     EXIT_ENDINGS,
@@ -124,7 +124,7 @@ def run(args: argparse.Namespace, out: TextIO) -> int:
         print(f"rigctl probe: --config: {exc}", file=sys.stderr)
         return EXIT_UNKNOWN
     limit = thresholds.decode_stall_critical_seconds
-    result = asyncio.run(probe_once(args.engine, args.max_new_tokens, args.timeout, args.prompt,
-                                    args.kind))
+    result = run_interruptible(probe_once(args.engine, args.max_new_tokens, args.timeout,
+                                          args.prompt, args.kind))
     print_probe(args.engine, result, out, limit)
     return EXIT_OK if result.success and not starved(result, limit) else EXIT_CRITICAL
