@@ -18,7 +18,7 @@ import aiohttp
 import pytest
 
 from exporter.streams import StreamMeter
-from tests.support.real_engines import RealEngine, solo_exporter, token_ids
+from tests.support.real_engines import RealEngine, Timeline, solo_exporter, token_ids
 
 pytestmark = pytest.mark.real_engine
 
@@ -38,7 +38,8 @@ ASCII_ONLY = "root ::= [a-z ]+"
 
 
 async def native_stream(session: aiohttp.ClientSession, url: str, agent: str,
-                        body: dict, until: asyncio.Event | None = None) -> StreamMeter:
+                        body: dict, timeline: Timeline | None = None,
+                        until: asyncio.Event | None = None) -> StreamMeter:
     """One agent's stream through the tap, timed on the client's side; with `until`,
     the client hangs up once it is set (llama-server then releases the slot)."""
     meter = StreamMeter(time.monotonic())
@@ -47,6 +48,8 @@ async def native_stream(session: aiohttp.ClientSession, url: str, agent: str,
         assert response.status == 200, await response.text()
         async for chunk in response.content.iter_any():
             meter.feed(chunk, time.monotonic())
+            if timeline is not None:
+                timeline.arrived(agent)
             if until is not None and until.is_set():
                 break
     assert (meter.done or until is not None) and meter.unrecognised == 0
@@ -69,18 +72,24 @@ def test_llamacpp_kind_end_to_end(llama_engine: RealEngine) -> None:
             idle = await solo.scrape()
             # A decodes; 2 s later B's fresh 16k prompt arrives.
             b_done = asyncio.Event()
+            timeline = Timeline()
             a = asyncio.create_task(native_stream(session, url, "a", {
                 "prompt": short[:16], "n_predict": A_TOKENS, "ignore_eos": True,
-                "grammar": ASCII_ONLY}, until=b_done))
+                "grammar": ASCII_ONLY}, timeline, until=b_done))
             await asyncio.sleep(2.0)
             decoding = await solo.scrape()
-            b = await native_stream(session, url, "b", {"prompt": fresh, "n_predict": 4})
+            timeline.mark("B sent")
+            b = await native_stream(session, url, "b", {"prompt": fresh, "n_predict": 4},
+                                    timeline)
+            timeline.mark("B done")
             during = await solo.scrape()
             await asyncio.sleep(1.0)  # A decodes on, then hangs up
             b_done.set()
             a_meter = await a
+            timeline.mark("A done")
             await asyncio.sleep(2.0)  # llama-server notices the hang-up, releases A
             after = await solo.scrape()
+            print("\n" + timeline.describe("a", solo.stalls()))
         return warm, again, idle, decoding, b, during, a_meter, after
 
     warm, again, idle, decoding, b, during, a, after = asyncio.run(scenario())

@@ -19,7 +19,7 @@ import aiohttp
 import pytest
 
 from exporter.streams import StreamMeter
-from tests.support.real_engines import MODEL, RealEngine, solo_exporter, token_ids
+from tests.support.real_engines import MODEL, RealEngine, Timeline, solo_exporter, token_ids
 
 pytestmark = [pytest.mark.real_engine, pytest.mark.timeout(900)]
 
@@ -33,7 +33,7 @@ WHOLE_PREFILL = ("--no-enable-chunked-prefill", "--max-num-batched-tokens", "327
 
 
 async def completion_stream(session: aiohttp.ClientSession, url: str, agent: str,
-                            prompt: list[int], tokens: int,
+                            prompt: list[int], tokens: int, timeline: Timeline,
                             until: asyncio.Event | None = None) -> StreamMeter:
     """One agent's /v1/completions stream through the tap, timed on the client's side;
     with `until`, the client hangs up once it is set."""
@@ -45,6 +45,7 @@ async def completion_stream(session: aiohttp.ClientSession, url: str, agent: str
         assert response.status == 200, await response.text()
         async for chunk in response.content.iter_any():
             meter.feed(chunk, time.monotonic())
+            timeline.arrived(agent)
             if until is not None and until.is_set():
                 break
     assert (meter.done or until is not None) and meter.unrecognised == 0
@@ -57,23 +58,33 @@ def test_a_whole_prefill_stall_lies_within_the_trackers_bounds(
     rng = random.Random(29)
     short, fresh = token_ids(16, rng), token_ids(B_PROMPT_TOKENS, rng)
 
+    timeline = Timeline()
+
     async def scenario():
         async with solo_exporter(vllm_engine, "vllm") as solo, \
                 aiohttp.ClientSession() as session:
             b_done = asyncio.Event()
+            timeline.mark("A sent")
             a = asyncio.create_task(completion_stream(session, solo.url, "a", short, A_TOKENS,
-                                                      until=b_done))
+                                                      timeline, until=b_done))
             await asyncio.sleep(3.0)  # A decodes, the tracker sees it move
             decoding = await solo.scrape()
-            b = await completion_stream(session, solo.url, "b", fresh, 4)
+            timeline.mark("B sent")
+            b = await completion_stream(session, solo.url, "b", fresh, 4, timeline)
+            timeline.mark("B done")
             await asyncio.sleep(1.0)  # A decodes on, then hangs up
             b_done.set()
             a_meter = await a
+            timeline.mark("A done")
             await asyncio.sleep(2.0)  # the tracker sees the stall over
             after = await solo.scrape()
+            print("\n" + timeline.describe("a", solo.stalls()))
         return decoding, b, a_meter, after
 
     decoding, b, a, after = asyncio.run(scenario())
+    # vLLM's own account every 10 s: how many requests ran and waited, what it generated.
+    print("\n".join(line.partition("Engine 000: ")[2]
+                    for line in vllm_engine.process.log().splitlines() if "Engine 000: " in line))
 
     assert decoding["rig_engine_decode_stall_tracker_up"] == 1
     assert decoding["rig_engine_decode_stall_seconds"] == 0

@@ -13,11 +13,13 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import hashlib
+import itertools
 import os
 import random
 import shutil
 import subprocess
 import tempfile
+import time
 from collections.abc import AsyncIterator, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,6 +27,7 @@ from pathlib import Path
 from prometheus_client.parser import text_string_to_metric_families
 
 from exporter.config import AgentConfig, Config, EngineConfig, GpuConfig, HostConfig
+from exporter.engines.source import EngineSource
 from exporter.process.launch import Process, free_port, wait_ready
 from exporter.runtime import Exporter
 
@@ -102,15 +105,17 @@ def tiny_model(kind: str) -> Path:
 
 
 def _engine_env() -> dict[str, str]:
-    """Nothing from a hub (there is none here), and vLLM's compile cache and scratch
-    files under the cache rather than ~/.cache/vllm and /tmp."""
+    """Nothing from a hub (there is none here), vLLM's compile cache and scratch files
+    under the cache rather than ~/.cache/vllm and /tmp, and its log unbuffered."""
     tmp = CACHE / "tmp"
     tmp.mkdir(parents=True, exist_ok=True)
     return {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
             "VLLM_CACHE_ROOT": str(CACHE / "vllm-cache"), "TMPDIR": str(tmp),
             # The KV cache, in GiB: 2 holds 524,288 tokens of the tiny model.
             "VLLM_CPU_KVCACHE_SPACE": "2", "VLLM_NO_USAGE_STATS": "1",
-            "DO_NOT_TRACK": "1"}
+            "DO_NOT_TRACK": "1",
+            # Its log lines reach the file as they are written, for a test to read.
+            "PYTHONUNBUFFERED": "1"}
 
 
 def _env_argv(env: dict[str, str]) -> list[str]:
@@ -164,6 +169,12 @@ def _started(kind: str, argv: list[str], log_dir: Path | None, port: int,
 SOLO = "solo"
 
 
+#: The solo exporter's stall window: a whole test of the tier (its pytest timeout), so
+#: that the stall a client felt early in the scenario is still the tracker's longest
+#: when the test reads it; with the rules' 60 s, a slow box let it age out unread.
+SOLO_STALL_WINDOW_SECONDS = 900.0
+
+
 @dataclass(frozen=True)
 class Solo:
     """An in-process exporter of one engine, and its tap's URL."""
@@ -175,6 +186,13 @@ class Solo:
         """A scrape's samples of the engine (`solo_series`)."""
         return solo_series(self.exporter.render(await self.exporter.snapshot()).decode())
 
+    def stalls(self) -> list[tuple[float, float, float]]:
+        """The stalls the tracker has finished, (ended at, lower, upper) on
+        time.monotonic(): read from the tracker itself, at no cost to the engine."""
+        (engine,) = (s for s in self.exporter.sources if isinstance(s, EngineSource))
+        assert engine.stall is not None, "the stall tracker has not started"
+        return engine.stall.tracker.recent(time.monotonic())
+
 
 @contextlib.asynccontextmanager
 async def solo_exporter(engine: RealEngine, kind: str) -> AsyncIterator[Solo]:
@@ -182,6 +200,7 @@ async def solo_exporter(engine: RealEngine, kind: str) -> AsyncIterator[Solo]:
     naming agents alpha (`X-Agent: a`) and beta (`X-Agent: b`); closed after."""
     tap = f"127.0.0.1:{free_port()}"
     table = EngineConfig(name=SOLO, url=engine.url, kind=kind, tap_listen_address=tap,
+                         stall_window_seconds=SOLO_STALL_WINDOW_SECONDS,
                          agents=(AgentConfig("alpha", header_name="X-Agent", header_value="a"),
                                  AgentConfig("beta", header_name="X-Agent", header_value="b")))
     exporter = Exporter(Config(gpu=GpuConfig(enabled=False), host=HostConfig(enabled=False),
@@ -191,6 +210,37 @@ async def solo_exporter(engine: RealEngine, kind: str) -> AsyncIterator[Solo]:
         yield Solo(exporter, f"http://{tap}")
     finally:
         await exporter.close()
+
+
+class Timeline:
+    """When a scenario's events happened, on time.monotonic() from its start, and the
+    longest pause between a stream's chunks: the line a tier test prints, so that a
+    failure on another machine says what happened when."""
+
+    def __init__(self) -> None:
+        self.start = time.monotonic()
+        self.events: dict[str, float] = {}
+        self.arrivals: dict[str, list[float]] = {}
+
+    def mark(self, event: str) -> None:
+        self.events[event] = time.monotonic() - self.start
+
+    def arrived(self, stream: str) -> None:
+        self.arrivals.setdefault(stream, []).append(time.monotonic() - self.start)
+
+    def longest_pause(self, stream: str) -> tuple[float, float]:
+        """The longest time between two of the stream's chunks: (from, to)."""
+        times = self.arrivals.get(stream, [])
+        return max(itertools.pairwise(times), key=lambda pair: pair[1] - pair[0],
+                   default=(0.0, 0.0))
+
+    def describe(self, stream: str, stalls: list[tuple[float, float, float]]) -> str:
+        events = ", ".join(f"{name} {at:.2f}" for name, at in self.events.items())
+        paused_from, paused_to = self.longest_pause(stream)
+        seen = ", ".join(f"[{low:.2f}, {high:.2f}] s ending {ended - self.start:.2f}"
+                         for ended, low, high in stalls) or "none"
+        return (f"at s from the start: {events}; {stream}'s longest pause between chunks "
+                f"{paused_from:.2f}-{paused_to:.2f}; the tracker's stalls: {seen}")
 
 
 def token_ids(count: int, rng: random.Random) -> list[int]:
