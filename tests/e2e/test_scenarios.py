@@ -16,8 +16,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import re
 import time
+import urllib.parse
+import urllib.request
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -228,6 +231,31 @@ def _group_wait(severity: str) -> float:
     return seconds(route["group_wait"])
 
 
+def scrape_record(run: Run, rig: str) -> str:
+    """How Prometheus fared with the rig's exporter over the run: a failed scrape
+    leaves every series stale, and each alert's `for` starts again."""
+    span = f"{max(1, round(run.ended - run.started))}s"
+    facts = {
+        "failed scrapes": f'count_over_time((up{{rig="{rig}"}} == 0)[{span}:1s])',
+        "slowest scrape (s)": f'max_over_time(scrape_duration_seconds{{rig="{rig}"}}[{span}])',
+        "sources down at some scrape": f'count(max_over_time((rig_source_up{{rig="{rig}"}} == 0)'
+                                       f"[{span}:1s]))",
+        # One series per card or signal; each counts its own evaluations.
+        "evaluations pending": f'sum by (alertname) (count_over_time('
+                               f'ALERTS{{rig="{rig}",alertstate="pending"}}[{span}]))',
+    }
+    said = []
+    for fact, promql in facts.items():
+        query = urllib.parse.urlencode({"query": promql, "time": f"{run.ended:.3f}"})
+        with urllib.request.urlopen(f"{run.prometheus_url}/api/v1/query?{query}",
+                                    timeout=10) as response:
+            found = json.load(response)["data"]["result"]
+        said.append(f"{fact}: " + (", ".join(
+            f"{r['metric'].get('alertname', '')} {r['value'][1]}".strip() for r in found)
+            or "none"))
+    return "; ".join(said)
+
+
 @pytest.mark.parametrize("scenario", SCENARIO_LIST, ids=[s.name for s in SCENARIO_LIST])
 def test_scenario_pages_exactly_what_it_should(run: Run, scenario: Scenario,
                                                request: pytest.FixtureRequest) -> None:
@@ -262,7 +290,8 @@ def test_scenario_pages_exactly_what_it_should(run: Run, scenario: Scenario,
     in_prometheus = run.fired.get(scenario.name, [])
     for expect in scenario.expects:
         assert any(matches(expect, labels) for labels in in_prometheus), (
-            f"{expect} never fired in Prometheus: {in_prometheus}")
+            f"{expect} never fired in Prometheus: {in_prometheus}; "
+            f"{scrape_record(run, scenario.name)}")
     stray = [labels for labels in in_prometheus
              if not any(matches(e, labels) for e in scenario.expects)]
     assert not stray, f"fired in Prometheus but not expected: {stray}"
