@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from exporter.engines.stall.readers import MetricsBody, TrackerBlind
+from exporter.engines.stall.readers import TRACKER_BUDGET, MetricsBody, TrackerBlind
 from exporter.engines.stall.tracker import StallPoller
 from exporter.engines.stall.vllm import ENGINE_STEPS, StepPlanner, VllmMetricsReader
 
@@ -80,10 +80,11 @@ class SteppingVllm:
 
 def play(engine: SteppingVllm, seconds: float, max_delay: float, seed: int,
          late_in_long_steps: tuple[float, float] | None = None,
-         timeout_seconds: float = 30.0):
+         timeout_seconds: float = 30.0, intervals: list[tuple[float, float]] | None = None):
     """Poll through the real poller; each answer late by up to `max_delay` (by a
     delay in `late_in_long_steps` when asked during a long step), rendered at a moment
-    between ask and answer. Returns the stalls that ended."""
+    between ask and answer. Returns the stalls that ended; `intervals` gets each
+    poll's time into the play and the poll interval in force after it."""
     rng = random.Random(seed)
     clock = [1000.0]
     start = clock[0]
@@ -107,7 +108,10 @@ def play(engine: SteppingVllm, seconds: float, max_delay: float, seed: int,
                              timeout_seconds=timeout_seconds, window_seconds=math.inf)
         while clock[0] - start < seconds:
             await poller.poll_once()
-            clock[0] += poller.resolution_seconds()
+            interval = poller.resolution_seconds()
+            if intervals is not None:
+                intervals.append((clock[0] - start, interval))
+            clock[0] += interval
         assert poller.status().up and poller.planner.plan == ENGINE_STEPS
         return poller.tracker.recent(clock[0])
 
@@ -146,6 +150,21 @@ def test_answers_slowed_by_the_step_still_bracket_it(seed):
     # The poll spacing before the step and the floor in it, and three late answers:
     # the first reading in the step, the last that saw it stand, the one that saw it end.
     assert upper - lower <= 1.1 + 0.25 + 3 * 1.9 + 0.02
+
+
+def test_renders_slowed_by_the_step_leave_the_spacing_after_it_as_before():
+    """The budget spares tokens that wait on a render, and none waits while decode
+    stands still. The renders of a 40 s step answered 1.1-1.9 s late used to make the
+    spacing after it their median over the budget: 1.5 s / 0.018, about 83 s."""
+    engine = SteppingVllm(decoding=1)
+    engine.long_steps.append((5.0, 40.0))
+    intervals: list[tuple[float, float]] = []
+    play(engine, 90.0, max_delay=0.02, seed=4, late_in_long_steps=(1.1, 1.9),
+         timeout_seconds=2.0, intervals=intervals)
+    before = max(interval for at, interval in intervals if at < 5.0)
+    after = [interval for at, interval in intervals if at > 46.0]
+    assert len(after) > 10  # polled on through the 44 s after the step
+    assert max(after) <= max(before, 0.02 / TRACKER_BUDGET) + 1e-9
 
 
 def test_a_lone_prefill_is_not_a_stall():

@@ -91,8 +91,9 @@ class CounterReader(Protocol[Shown_co]):
         ...
 
     def resolution_seconds(self, standing_still: bool = False) -> float:
-        """The poll interval in force; `standing_still`: no token has moved since
-        the last poll while requests are in flight."""
+        """The poll interval in force, asked after every poll; `standing_still`: no
+        token has moved since the last poll while requests are in flight (a reader
+        that paces itself by the engine's cost may take note)."""
         ...
 
     def close(self) -> None: ...
@@ -149,6 +150,9 @@ class RenderPacer:
     render time (it adds loopback transfer). The median of the last few is used: one
     answer that waited out a hung event loop says nothing about rendering, and must
     not blind the tracker for minutes (2 s / 0.018 would be a 111 s interval).
+    Renders made while `learning` is off (decode standing still) are not kept: no
+    token waits on them, and a whole stall of them, slow on a box short of CPU, would
+    space the polls after it a minute or more apart.
     """
 
     def __init__(self, floor_seconds: float, budget: float = TRACKER_BUDGET,
@@ -156,9 +160,11 @@ class RenderPacer:
         self.floor_seconds = floor_seconds
         self.budget = budget
         self._recent: deque[float] = deque(maxlen=history)
+        self.learning = True
 
     def record(self, render_seconds: float) -> None:
-        self._recent.append(render_seconds)
+        if self.learning:
+            self._recent.append(render_seconds)
 
     def interval_seconds(self) -> float:
         if not self._recent:
@@ -260,7 +266,9 @@ class MetricsReader:
     def resolution_seconds(self, standing_still: bool = False) -> float:
         # While decode stands still no token is waiting to be delivered, so a render
         # delays none: poll at the floor, and the stall's end is known that closely
-        # (docs/stall-tracker.md#honest-bounds).
+        # (docs/stall-tracker.md#honest-bounds). Nor do those renders count toward
+        # the budget's spacing once decode moves again.
+        self.pacer.learning = not standing_still
         return self.pacer.floor_seconds if standing_still else self.pacer.interval_seconds()
 
     def close(self) -> None:
