@@ -16,11 +16,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import re
 import time
-import urllib.parse
-import urllib.request
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -41,7 +38,7 @@ from exporter.sim.scenarios.player import play
 from exporter.sim.scenarios.prefill_starves_decode import A, B
 from tests.e2e import report
 from tests.e2e.stack import LoopThread
-from tests.e2e.tiles import overview, tiles
+from tests.e2e.tiles import instant, overview, tiles
 
 pytestmark = pytest.mark.long_running(115)
 
@@ -246,10 +243,7 @@ def scrape_record(run: Run, rig: str) -> str:
     }
     said = []
     for fact, promql in facts.items():
-        query = urllib.parse.urlencode({"query": promql, "time": f"{run.ended:.3f}"})
-        with urllib.request.urlopen(f"{run.prometheus_url}/api/v1/query?{query}",
-                                    timeout=10) as response:
-            found = json.load(response)["data"]["result"]
+        found = instant(run.prometheus_url, promql, run.ended)
         said.append(f"{fact}: " + (", ".join(
             f"{r['metric'].get('alertname', '')} {r['value'][1]}".strip() for r in found)
             or "none"))

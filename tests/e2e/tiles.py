@@ -35,7 +35,8 @@ def overview(time_scale: float, stall_scale: float) -> dict[str, Any]:
     return build(source, scaled_thresholds(Thresholds(), time_scale, stall_scale))
 
 
-def _instant(prometheus_url: str, expr: str, at: float) -> list[dict[str, Any]]:
+def instant(prometheus_url: str, expr: str, at: float) -> list[dict[str, Any]]:
+    """An instant query's result at `at` (Unix seconds)."""
     query = urllib.parse.urlencode({"query": expr, "time": f"{at:.3f}"})
     with urllib.request.urlopen(f"{prometheus_url}/api/v1/query?{query}", timeout=30) as reply:
         body = json.load(reply)
@@ -61,7 +62,7 @@ def tiles(dashboard: dict[str, Any], prometheus_url: str, rig: str, start: float
             req = request(scaled, panel.get("maxDataPoints", 100), start, end, scrape_seconds,
                           {"rig": rig})
             steps = steps_of(panel, target["refId"])
-            for series in _instant(prometheus_url, req.expr, req.end):
+            for series in instant(prometheus_url, req.expr, req.end):
                 value = float(series["value"][1])
                 color = color_of(value, steps)
                 row = f"{_legend(target['legendFormat'], series['metric'])} = {value:g} ({color})"
