@@ -12,13 +12,18 @@ from __future__ import annotations
 
 import asyncio
 import random
-import time
 
 import aiohttp
 import pytest
 
 from exporter.streams import StreamMeter
-from tests.support.real_engines import RealEngine, Timeline, solo_exporter, token_ids
+from tests.support.real_engines import (
+    RealEngine,
+    Timeline,
+    agent_stream,
+    solo_exporter,
+    token_ids,
+)
 
 pytestmark = pytest.mark.real_engine
 
@@ -37,23 +42,11 @@ B_PROMPT_TOKENS = 16_384
 ASCII_ONLY = "root ::= [a-z ]+"
 
 
-async def native_stream(session: aiohttp.ClientSession, url: str, agent: str,
-                        body: dict, timeline: Timeline | None = None,
+async def native_stream(session: aiohttp.ClientSession, url: str, agent: str, body: dict,
+                        timeline: Timeline | None = None,
                         until: asyncio.Event | None = None) -> StreamMeter:
-    """One agent's stream through the tap, timed on the client's side; with `until`,
-    the client hangs up once it is set (llama-server then releases the slot)."""
-    meter = StreamMeter(time.monotonic())
-    async with session.post(url + "/completion", json={**body, "stream": True},
-                            headers={"X-Agent": agent}) as response:
-        assert response.status == 200, await response.text()
-        async for chunk in response.content.iter_any():
-            meter.feed(chunk, time.monotonic())
-            if timeline is not None:
-                timeline.arrived(agent)
-            if until is not None and until.is_set():
-                break
-    assert (meter.done or until is not None) and meter.unrecognised == 0
-    return meter
+    """One agent's stream on llama-server's native /completion, through the tap."""
+    return await agent_stream(session, url + "/completion", agent, body, timeline, until)
 
 
 @pytest.mark.timeout(900)  # a 16k prefill on one thread of a shared 2-core box

@@ -13,13 +13,18 @@ from __future__ import annotations
 
 import asyncio
 import random
-import time
 
 import aiohttp
 import pytest
 
-from exporter.streams import StreamMeter
-from tests.support.real_engines import MODEL, RealEngine, Timeline, solo_exporter, token_ids
+from tests.support.real_engines import (
+    MODEL,
+    RealEngine,
+    Timeline,
+    agent_stream,
+    solo_exporter,
+    token_ids,
+)
 
 pytestmark = [pytest.mark.real_engine, pytest.mark.timeout(900)]
 
@@ -30,26 +35,12 @@ EDGE_SECONDS = 0.3
 A_TOKENS = 8_000
 B_PROMPT_TOKENS = 16_384
 WHOLE_PREFILL = ("--no-enable-chunked-prefill", "--max-num-batched-tokens", "32768")
+COMPLETIONS = "/v1/completions"
 
 
-async def completion_stream(session: aiohttp.ClientSession, url: str, agent: str,
-                            prompt: list[int], tokens: int, timeline: Timeline,
-                            until: asyncio.Event | None = None) -> StreamMeter:
-    """One agent's /v1/completions stream through the tap, timed on the client's side;
-    with `until`, the client hangs up once it is set."""
-    body = {"model": MODEL, "prompt": prompt, "max_tokens": tokens, "stream": True,
-            "ignore_eos": True}
-    meter = StreamMeter(time.monotonic())
-    async with session.post(url + "/v1/completions", json=body,
-                            headers={"X-Agent": agent}) as response:
-        assert response.status == 200, await response.text()
-        async for chunk in response.content.iter_any():
-            meter.feed(chunk, time.monotonic())
-            timeline.arrived(agent)
-            if until is not None and until.is_set():
-                break
-    assert (meter.done or until is not None) and meter.unrecognised == 0
-    return meter
+def completion(prompt: list[int], tokens: int) -> dict:
+    """A /v1/completions body that decodes exactly `tokens` tokens."""
+    return {"model": MODEL, "prompt": prompt, "max_tokens": tokens, "ignore_eos": True}
 
 
 @pytest.mark.parametrize("vllm_engine", [WHOLE_PREFILL], indirect=True)
@@ -65,12 +56,14 @@ def test_a_whole_prefill_stall_lies_within_the_trackers_bounds(
                 aiohttp.ClientSession() as session:
             b_done = asyncio.Event()
             timeline.mark("A sent")
-            a = asyncio.create_task(completion_stream(session, solo.url, "a", short, A_TOKENS,
-                                                      timeline, until=b_done))
+            a = asyncio.create_task(agent_stream(
+                session, solo.url + COMPLETIONS, "a", completion(short, A_TOKENS), timeline,
+                until=b_done))
             await asyncio.sleep(3.0)  # A decodes, the tracker sees it move
             decoding = await solo.scrape()
             timeline.mark("B sent")
-            b = await completion_stream(session, solo.url, "b", fresh, 4, timeline)
+            b = await agent_stream(session, solo.url + COMPLETIONS, "b", completion(fresh, 4),
+                                   timeline)
             timeline.mark("B done")
             await asyncio.sleep(1.0)  # A decodes on, then hangs up
             b_done.set()

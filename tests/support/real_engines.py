@@ -10,6 +10,7 @@ in the cache too.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import fcntl
 import hashlib
@@ -24,12 +25,14 @@ from collections.abc import AsyncIterator, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+import aiohttp
 from prometheus_client.parser import text_string_to_metric_families
 
 from exporter.config import AgentConfig, Config, EngineConfig, GpuConfig, HostConfig
 from exporter.engines.source import EngineSource
 from exporter.process.launch import Process, free_port, wait_ready
 from exporter.runtime import Exporter
+from exporter.streams import StreamMeter
 
 CACHE = Path(os.environ.get("RIG_TELEMETRY_CACHE", Path.home() / ".cache" / "rig-telemetry"))
 VLLM_VENV = CACHE / "vllm-venv"
@@ -241,6 +244,26 @@ class Timeline:
                          for ended, low, high in stalls) or "none"
         return (f"at s from the start: {events}; {stream}'s longest pause between chunks "
                 f"{paused_from:.2f}-{paused_to:.2f}; the tracker's stalls: {seen}")
+
+
+async def agent_stream(session: aiohttp.ClientSession, url: str, agent: str, body: dict,
+                       timeline: Timeline | None = None,
+                       until: asyncio.Event | None = None) -> StreamMeter:
+    """One agent's stream (`url` is the route through the tap), timed on the client's
+    side and, with `timeline`, each chunk's arrival noted; with `until`, the client hangs
+    up once it is set (the engine then releases the request)."""
+    meter = StreamMeter(time.monotonic())
+    async with session.post(url, json={**body, "stream": True},
+                            headers={"X-Agent": agent}) as response:
+        assert response.status == 200, await response.text()
+        async for chunk in response.content.iter_any():
+            meter.feed(chunk, time.monotonic())
+            if timeline is not None:
+                timeline.arrived(agent)
+            if until is not None and until.is_set():
+                break
+    assert (meter.done or until is not None) and meter.unrecognised == 0
+    return meter
 
 
 def token_ids(count: int, rng: random.Random) -> list[int]:
