@@ -3,7 +3,7 @@ tap (docs/stall-tracker.md#vllm).
 
 The stall is a real prefill: agent A decodes while agent B's fresh 16,384-token
 prompt arrives, with chunked prefill off, so that vLLM reads all of it in one engine
-step and A gets no token meanwhile (from 4.4 s to over 40 s on this 2-core box,
+step and A gets no token meanwhile (4.4 s to over 50 s on this 2-core box,
 docs/stall-tracker.md#vllm). vLLM's /metrics moves only when a step ends: through that
 step it keeps saying one request runs and no token came, which is the stall the
 tracker reads (exporter/engines/stall/vllm.py).
