@@ -83,8 +83,9 @@ def play(engine: SteppingVllm, seconds: float, max_delay: float, seed: int,
          timeout_seconds: float = 30.0, intervals: list[tuple[float, float]] | None = None):
     """Poll through the real poller; each answer late by up to `max_delay` (by a
     delay in `late_in_long_steps` when asked during a long step), rendered at a moment
-    between ask and answer. Returns the stalls that ended; `intervals` gets each
-    poll's time into the play and the poll interval in force after it."""
+    between ask and answer; one later than `timeout_seconds` times out as the
+    poller's wait would. Returns the stalls that ended; `intervals` gets each poll's
+    time into the play and the poll interval in force after it."""
     rng = random.Random(seed)
     clock = [1000.0]
     start = clock[0]
@@ -96,6 +97,9 @@ def play(engine: SteppingVllm, seconds: float, max_delay: float, seed: int,
         delay = (rng.uniform(*late_in_long_steps)
                  if late_in_long_steps and in_long_step(clock[0] - start)
                  else rng.uniform(0.0, max_delay))
+        if delay > timeout_seconds:
+            clock[0] += timeout_seconds
+            raise TimeoutError
         moment = clock[0] + rng.uniform(0.0, delay)
         clock[0] += delay
         return engine.body(moment - start)
@@ -150,6 +154,20 @@ def test_answers_slowed_by_the_step_still_bracket_it(seed):
     # The poll spacing before the step and the floor in it, and three late answers:
     # the first reading in the step, the last that saw it stand, the one that saw it end.
     assert upper - lower <= 1.1 + 0.25 + 3 * 1.9 + 0.02
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_answers_that_time_out_in_the_step_leave_it_one_stall(seed):
+    """Through a 40 s step most /metrics answers take longer than the poller's 2 s
+    wait. Those polls say nothing about decode: the stall stays open across them, and
+    one bracket holds the gap. A timeout used to end the stall, and the readings after
+    it began another: the step read as short pieces or as nothing."""
+    engine = SteppingVllm(decoding=1)
+    engine.long_steps.append((5.0, 40.0))
+    stalls = play(engine, 60.0, max_delay=0.02, seed=seed, late_in_long_steps=(1.0, 2.8),
+                  timeout_seconds=2.0)
+    ((_, lower, upper),) = stalls
+    assert lower <= 40.0 + STEP <= upper
 
 
 def test_renders_slowed_by_the_step_leave_the_spacing_after_it_as_before():

@@ -4,14 +4,15 @@ What counts as decode progress and as requests in flight is the plan's
 (`plans.py`, chosen by `planner.py`); where the counters come from is the reader's
 (`readers.py`). While requests are in flight and progress stands still, a stall is
 under way. Not stalls: progress that goes down (the engine restarted), an engine
-that does not answer (rig_source_up says that), and an engine with nothing in flight.
+that fails (rig_source_up says that), and an engine with nothing in flight.
 
 A stall is known only between polls (docs/stall-tracker.md#honest-bounds), and each
 poll's counters describe the engine at some moment between when they were asked for
 and when they were answered. Its lower bound runs from the answer that last saw
 progress to the ask of the last poll that saw none; its upper bound from the ask of
 the poll before that progress to the answer that saw the stall over (decode moving,
-nothing in flight, or no answer). Both are exported; the alerts judge their midpoint.
+nothing in flight, or a failed poll; a poll that times out ends nothing). Both are
+exported; the alerts judge their midpoint.
 """
 
 from __future__ import annotations
@@ -167,7 +168,7 @@ class StallPoller(Generic[Shown]):
         self.planner = planner
         self.clock = clock
         self.sleep = sleep
-        # A poll slower than this is an engine that does not answer, not a stall.
+        # A poll slower than this got no answer: it neither begins nor ends a stall.
         self.timeout_seconds = timeout_seconds
         self.tracker = DecodeStallTracker(window_seconds)
         self._conditions = Conditions(log, level=logging.ERROR)
@@ -206,7 +207,12 @@ class StallPoller(Generic[Shown]):
             self._see(exc)
             self.tracker.observe_unreachable(asked)
             return
-        except (SourceError, TimeoutError):
+        except TimeoutError:
+            # No answer in time says nothing about decode: the next reading is compared
+            # with the last, so a stall under way stays open and its bounds hold (ending
+            # it here cut one long stall into pieces under every threshold).
+            return
+        except SourceError:
             self.tracker.observe_unreachable(asked)
             return
         self._see(None)
