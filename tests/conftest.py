@@ -29,25 +29,14 @@ def sysfs_root(tmp_path: Path) -> Path:
 LOADS = ["quiet", pytest.param("busy", marks=pytest.mark.contention)]
 
 
-def _load(request: pytest.FixtureRequest) -> Iterator[str]:
+@pytest.fixture(params=LOADS)
+def cpu_load(request: pytest.FixtureRequest) -> Iterator[str]:
+    """The test runs quiet, and in the contention tier with every core busy."""
     if request.param == "busy":
         with busy_cores():
             yield request.param
     else:
         yield request.param
-
-
-@pytest.fixture(params=LOADS)
-def cpu_load(request: pytest.FixtureRequest) -> Iterator[str]:
-    """The test runs quiet, and in the contention tier with every core busy."""
-    yield from _load(request)
-
-
-@pytest.fixture(scope="module", params=LOADS)
-def module_cpu_load(request: pytest.FixtureRequest) -> Iterator[str]:
-    """As cpu_load, for a file whose tests share a stack: busy from its start to the
-    end of the file's last test."""
-    yield from _load(request)
 
 
 @pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups

@@ -1,7 +1,9 @@
 """Every scenario of `exporter.sim.scenarios` through the real pipeline: simulated
 rig -> rig-exporter -> Prometheus 2.42 -> Alertmanager 0.25 -> webhook, fifteen times
 faster than real time (stalls and the probe's deadline twice as fast only: a
-2-core machine shared with other work stalls processes for a second or more).
+2-core machine shared with other work stalls processes for a second or more). The
+slow tier plays them once more five times faster only, so that Prometheus' 1 s
+scrape stands for deploy/prometheus.yml's 5 s one of the rig's job.
 
 All scenarios play at once, each on its own simulated rig (its own exporter, a
 `rig` target label of its name) behind one Prometheus and one Alertmanager, so the
@@ -16,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import re
 import time
 from collections import Counter
@@ -39,11 +42,26 @@ from exporter.sim.scenarios.prefill_starves_decode import A, B
 from tests.e2e import report
 from tests.e2e.stack import LoopThread
 from tests.e2e.tiles import instant, overview, tiles
+from tests.support.checkout import REPO
+from tests.support.cpu_load import busy_cores
 
 pytestmark = pytest.mark.long_running(115)
 
-# One Prometheus scrape (1 s) is then 15 rig seconds, as deploy/prometheus.yml's.
+SCRAPE_SECONDS = 1.0  # Monitoring's Prometheus (exporter/rigctl/stack.py)
+# How many rig seconds one scrape stands for. The default run (and the contention
+# tier) play at x15: a scrape every 15 rig seconds, deploy/prometheus.yml's global
+# interval. The slow tier plays at the interval its rig job is scraped and evaluated
+# at (5 s: x5, three times as long), the rate the rules see as deployed.
 TIME_SCALE = 15.0
+_DEPLOYED = yaml.safe_load((REPO / "deploy" / "prometheus.yml").read_text())
+DEPLOYED_TIME_SCALE = seconds(next(
+    job for job in _DEPLOYED["scrape_configs"] if job["job_name"] == "rig")["scrape_interval"]
+) / SCRAPE_SECONDS
+# (load, time scale) of each run of the module's stack.
+RUNS = [pytest.param(("quiet", TIME_SCALE), id="quiet"),
+        pytest.param(("busy", TIME_SCALE), id="busy", marks=pytest.mark.contention),
+        pytest.param(("quiet", DEPLOYED_TIME_SCALE), id="deployed-scrape",
+                     marks=pytest.mark.slow)]
 STALL_SCALE = 2.0
 # The wedged engine's stream probe must time out well before its heal: its deadline
 # (60 s / the rig's stall scale, real seconds) at x2 would be 450 rig seconds, and the
@@ -61,12 +79,12 @@ RIG_STALL_SCALES = {"engine-wedged": 5.0, "mixed-chunk-stutter": 1.75}
 STALL_POLL_SECONDS = 0.5
 TICK_SECONDS = 0.25
 # After the last scenario ends: the stutter rule's 10 min window and a
-# group_interval, compressed, and slack.
-RESOLVE_SECONDS = 120.0
+# group_interval in rig seconds, then real seconds of slack.
+RESOLVE_RIG_SECONDS = 1200.0
+RESOLVE_SLACK_SECONDS = 40.0
 # After the last resolution: long enough for a duplicate or a stray page.
 HOLD_SECONDS = 6.0
 WARMUP_SECONDS = 6.0
-SCRAPE_SECONDS = 1.0  # Monitoring's Prometheus (exporter/rigctl/stack.py)
 SCENARIO_LIST = [SCENARIOS[name] for name in sorted(SCENARIOS)]
 # The committed routing and rules, read once.
 ROUTING = yaml.safe_load(ALERTMANAGER_CONFIG.read_text())
@@ -117,6 +135,7 @@ def matches(expect: Expect, labels: dict[str, str]) -> bool:
 class Run:
     addresses: dict[str, str]
     fault_at: dict[str, float]  # time.monotonic() of each scenario's fault
+    time_scale: float
     notifications: list[Notification] = field(default_factory=list)
     # Every alert that fired in Prometheus during the run, by rig (labels
     # without alertstate).
@@ -155,10 +174,14 @@ def _wait_targets_up(monitoring: Monitoring, count: int, timeout: float = 60) ->
         time.sleep(0.5)
 
 
-@pytest.fixture(scope="module")
-def run(tmp_path_factory: pytest.TempPathFactory, module_cpu_load: str) -> Iterator[Run]:
+@pytest.fixture(scope="module", params=RUNS)
+def run(tmp_path_factory: pytest.TempPathFactory,
+        request: pytest.FixtureRequest) -> Iterator[Run]:
+    load, time_scale = request.param
     workdir: Path = tmp_path_factory.mktemp("e2e")
     with contextlib.ExitStack() as stack:
+        if load == "busy":  # every core busy from the stack's start to the last test
+            stack.enter_context(busy_cores())
         loop = LoopThread()
         stack.callback(loop.stop)
         receiver = WebhookReceiver()
@@ -167,7 +190,7 @@ def run(tmp_path_factory: pytest.TempPathFactory, module_cpu_load: str) -> Itera
         rigs: dict[str, SimRig] = {}
         exporters = {}
         for scenario in SCENARIO_LIST:
-            rig = SimRig(TIME_SCALE, directory=workdir / scenario.name,
+            rig = SimRig(time_scale, directory=workdir / scenario.name,
                          stall_scale=RIG_STALL_SCALES.get(scenario.name, STALL_SCALE),
                          tick_seconds=TICK_SECONDS)
             loop.run(rig.start())
@@ -179,7 +202,7 @@ def run(tmp_path_factory: pytest.TempPathFactory, module_cpu_load: str) -> Itera
             rigs[scenario.name], exporters[scenario.name] = rig, exporter
         for exporter in exporters.values():
             exporter.wait_ready()
-        monitoring = Monitoring(workdir / "monitoring", TIME_SCALE, receiver.url,
+        monitoring = Monitoring(workdir / "monitoring", time_scale, receiver.url,
                                 stall_scale=STALL_SCALE)
         stack.callback(monitoring.stop)
         monitoring.start()
@@ -187,19 +210,19 @@ def run(tmp_path_factory: pytest.TempPathFactory, module_cpu_load: str) -> Itera
         _wait_targets_up(monitoring, len(rigs))
         time.sleep(WARMUP_SECONDS)
 
-        run = Run({name: e.address for name, e in exporters.items()}, {},
+        run = Run({name: e.address for name, e in exporters.items()}, {}, time_scale,
                   prometheus_url=monitoring.prometheus_url, started=time.time())
 
         async def play_one(scenario: Scenario) -> None:
-            run.fault_at[scenario.name] = time.monotonic() + (scenario.fault_at or 0) / TIME_SCALE
+            run.fault_at[scenario.name] = time.monotonic() + (scenario.fault_at or 0) / time_scale
             await play(rigs[scenario.name], scenario)
 
         async def play_all() -> None:
             await asyncio.gather(*(play_one(s) for s in SCENARIO_LIST))
 
-        longest = max(s.seconds for s in SCENARIO_LIST) / TIME_SCALE
+        longest = max(s.seconds for s in SCENARIO_LIST) / time_scale
         loop.run(play_all(), timeout=longest + 30)
-        deadline = time.monotonic() + RESOLVE_SECONDS
+        deadline = time.monotonic() + RESOLVE_RIG_SECONDS / time_scale + RESOLVE_SLACK_SECONDS
         while not loop.call(lambda: _all_resolved(receiver.notifications)) \
                 and time.monotonic() < deadline:
             time.sleep(1)
@@ -267,7 +290,7 @@ def test_scenario_pages_exactly_what_it_should(run: Run, scenario: Scenario,
             sum(fired[i] for i in matching),
             None if first is None else first - run.fault_at[scenario.name],
             seconds(_rule(expect).get("for", "0s")), _group_wait(expect.labels["severity"]),
-            TIME_SCALE, sum(cleared[i] for i in matching)))
+            run.time_scale, sum(cleared[i] for i in matching)))
     report.record(request, rows)
 
     unexpected = [dict(i) for i in fired if not any(matches(e, dict(i)) for e in paging(scenario))]
@@ -334,8 +357,6 @@ def test_the_starvation_page_names_the_agent_stalled_and_the_agent_blamed(run: R
     assert f"Agent {A} stalled, blamed on {B}" in pages[0]["annotations"]["description"], pages
 
 
-# The overview generated from the run's own scaled thresholds, once.
-OVERVIEW = overview(TIME_SCALE, STALL_SCALE)
 # Tiles a scenario turns short of any alert, and why. four-agents-hog: the stream
 # probe queues behind the three waiting agents (FCFS: SGLang's scheduler stops at the
 # first request that does not fit) past its deadline, so one probe fails and the
@@ -363,8 +384,8 @@ def test_overview_tile_for_the_scenario_turns_and_no_other(run: Run,
     alerts crosses its threshold, and every other tile stays green (the same Prometheus
     as the alerts above: no second playing)."""
     expected = {e.alert for e in scenario.expects}
-    found = tiles(OVERVIEW, run.prometheus_url, scenario.name, run.started, run.ended,
-                  TIME_SCALE, SCRAPE_SECONDS)
+    found = tiles(overview_at(run.time_scale), run.prometheus_url, scenario.name,
+                  run.started, run.ended, run.time_scale, SCRAPE_SECONDS)
     assert len(found) >= 17, [t.title for t in found]
     quiet = [f"{t.title}: {t.values}" for t in found if t.shows & expected and not t.crossed]
     assert not quiet, f"{scenario.name}: tiles that should cross and did not: {quiet}"
@@ -373,6 +394,12 @@ def test_overview_tile_for_the_scenario_turns_and_no_other(run: Run,
              if t.crossed and not t.shows & expected and t.title not in also
              and not _only_hiccups(t)]
     assert not stray, f"{scenario.name}: tiles that crossed for nothing expected: {stray}"
+
+
+@functools.cache
+def overview_at(time_scale: float) -> dict[str, Any]:
+    """The overview generated from the run's own scaled thresholds, once per scale."""
+    return overview(time_scale, STALL_SCALE)
 
 
 def _only_hiccups(tile) -> bool:
