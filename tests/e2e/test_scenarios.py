@@ -53,10 +53,9 @@ SCRAPE_SECONDS = 1.0  # Monitoring's Prometheus (exporter/rigctl/stack.py)
 # interval. The slow tier plays at the interval its rig job is scraped and evaluated
 # at (5 s: x5, three times as long), the rate the rules see as deployed.
 TIME_SCALE = 15.0
-_DEPLOYED = yaml.safe_load((REPO / "deploy" / "prometheus.yml").read_text())
-DEPLOYED_TIME_SCALE = seconds(next(
-    job for job in _DEPLOYED["scrape_configs"] if job["job_name"] == "rig")["scrape_interval"]
-) / SCRAPE_SECONDS
+_RIG_JOB = next(job for job in yaml.safe_load((REPO / "deploy" / "prometheus.yml").read_text())
+                ["scrape_configs"] if job["job_name"] == "rig")
+DEPLOYED_TIME_SCALE = seconds(_RIG_JOB["scrape_interval"]) / SCRAPE_SECONDS
 # (load, time scale) of each run of the module's stack.
 RUNS = [pytest.param(("quiet", TIME_SCALE), id="quiet"),
         pytest.param(("busy", TIME_SCALE), id="busy", marks=pytest.mark.contention),
