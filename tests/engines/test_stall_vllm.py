@@ -5,6 +5,7 @@ on a simulated clock through the real poller with answers late at random."""
 from __future__ import annotations
 
 import asyncio
+import logging
 import math
 import random
 from pathlib import Path
@@ -157,17 +158,22 @@ def test_answers_slowed_by_the_step_still_bracket_it(seed):
 
 
 @pytest.mark.parametrize("seed", range(10))
-def test_answers_that_time_out_in_the_step_leave_it_one_stall(seed):
+def test_answers_that_time_out_in_the_step_leave_it_one_stall(seed, caplog):
     """Through a 40 s step most /metrics answers take longer than the poller's 2 s
     wait. Those polls say nothing about decode: the stall stays open across them, and
     one bracket holds the gap. A timeout used to end the stall, and the readings after
     it began another: the step read as short pieces or as nothing."""
+    caplog.set_level(logging.INFO, logger="exporter.engines.stall.tracker")
     engine = SteppingVllm(decoding=1)
     engine.long_steps.append((5.0, 40.0))
     stalls = play(engine, 60.0, max_delay=0.02, seed=seed, late_in_long_steps=(1.0, 2.8),
                   timeout_seconds=2.0)
     ((_, lower, upper),) = stalls
     assert lower <= 40.0 + STEP <= upper
+    # The log says the tracker went without answers, and that they came back.
+    said = [r.getMessage() for r in caplog.records]
+    assert any("main: the stall tracker's poll: no answer within 2 s" in m for m in said), said
+    assert any("main: the stall tracker's poll answered again" in m for m in said), said
 
 
 def test_renders_slowed_by_the_step_leave_the_spacing_after_it_as_before():

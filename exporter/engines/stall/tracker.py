@@ -176,6 +176,10 @@ class StallPoller(Generic[Shown]):
             log, down="{subject} cannot see: {message}; rig_engine_decode_stall_* stay "
                       "absent", up="{subject} sees again")
         self._subject = f"engine {planner.engine}: the stall tracker"
+        # Polls that time out: the tracker is blind for their span, which no series
+        # shows (a scrape, with its longer deadline, may still succeed).
+        self._silences = Conditions(log, up="{subject} answered again")
+        self._poll_subject = f"{self._subject}'s poll"
         self.blind: TrackerBlind | None = None
 
     def status(self) -> TrackerStatus:
@@ -211,11 +215,15 @@ class StallPoller(Generic[Shown]):
             # No answer in time says nothing about decode: the next reading is compared
             # with the last, so a stall under way stays open and its bounds hold (ending
             # it here cut one long stall into pieces under every threshold).
+            self._silences.failed(self._poll_subject, (
+                f"no answer within {self.timeout_seconds:g} s; the next answer is compared "
+                "with the last, and a stall under way stays open"), kind="timeout")
             return
         except SourceError:
             self.tracker.observe_unreachable(asked)
             return
         self._see(None)
+        self._silences.ok(self._poll_subject)
         # A slow answer is observed like any other: its ask and answer bound the moment
         # it describes, and the bounds hold whatever lies between them. Leaving such
         # readings out, as the tracker did, blinded it through a whole stall when a
