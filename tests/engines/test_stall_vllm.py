@@ -159,8 +159,8 @@ def test_answers_slowed_by_the_step_still_bracket_it(seed):
 
 @pytest.mark.parametrize("seed", range(10))
 def test_answers_that_time_out_in_the_step_leave_it_one_stall(seed, caplog):
-    """Through a 40 s step most /metrics answers take longer than the poller's 2 s
-    wait. Those polls say nothing about decode: the stall stays open across them, and
+    """Through a 40 s step almost half the /metrics answers take longer than the
+    poller's 2 s wait. Those polls say nothing about decode: the stall stays open across them, and
     one bracket holds the gap. A timeout used to end the stall, and the readings after
     it began another: the step read as short pieces or as nothing."""
     caplog.set_level(logging.INFO, logger="exporter.engines.stall.tracker")
