@@ -259,6 +259,12 @@ def scrape_record(run: Run, rig: str) -> str:
         "slowest scrape (s)": f'max_over_time(scrape_duration_seconds{{rig="{rig}"}}[{span}])',
         "sources down at some scrape": f'count(max_over_time((rig_source_up{{rig="{rig}"}} == 0)'
                                        f"[{span}:1s]))",
+        # What the stall rules read, in real seconds: the tracker's middle, the tap's gap.
+        "longest stall read (s)": f'max(max_over_time(((rig_engine_decode_stall_max_seconds'
+                                  f'{{rig="{rig}"}} + rig_engine_decode_stall_max_upper_seconds'
+                                  f'{{rig="{rig}"}}) / 2)[{span}:1s]))',
+        "longest stream gap (s)": f'max(max_over_time(rig_stream_max_token_gap_seconds'
+                                  f'{{rig="{rig}"}}[{span}]))',
         # One series per card or signal; each counts its own evaluations.
         "evaluations pending": f'sum by (alertname) (count_over_time('
                                f'ALERTS{{rig="{rig}",alertstate="pending"}}[{span}]))',
@@ -296,7 +302,8 @@ def test_scenario_pages_exactly_what_it_should(run: Run, scenario: Scenario,
     assert not unexpected, f"unexpected notifications: {unexpected}"
     for expect in paging(scenario):
         matching = [i for i in fired if matches(expect, dict(i))]
-        assert len(matching) == 1, f"{expect}: {len(matching)} alerts: {matching}"
+        assert len(matching) == 1, (f"{expect}: {len(matching)} alerts: {matching}; "
+                                    f"{scrape_record(run, scenario.name)}")
         (alert,) = matching
         assert fired[alert] == 1, f"{expect} paged {fired[alert]} times"
         assert cleared[alert] == 1, f"{expect} resolved {cleared[alert]} times"
