@@ -39,11 +39,7 @@ PAGE_WAIT_SECONDS = 90.0
 
 
 def deployed_intervals() -> Intervals:
-    config = yaml.safe_load((ROOT / "deploy" / "prometheus.yml").read_text())
-    job = next(j for j in config["scrape_configs"] if j["job_name"] == "rig")
-    return Intervals(scrape=job.get("scrape_interval", config["global"]["scrape_interval"]),
-                     scrape_timeout=job["scrape_timeout"],
-                     evaluation=config["global"]["evaluation_interval"])
+    return Intervals.of_job(yaml.safe_load((ROOT / "deploy" / "prometheus.yml").read_text()))
 
 
 def critical_group_wait() -> float:

@@ -43,6 +43,15 @@ class Intervals:
     scrape_timeout: str = "1s"
     evaluation: str = "1s"
 
+    @classmethod
+    def of_job(cls, config: dict[str, Any]) -> Intervals:
+        """The rig's job's intervals in a parsed prometheus.yml (deploy/'s, which sets
+        the job's timeout): its own scrape interval where it sets one, else the global."""
+        job = next(j for j in config["scrape_configs"] if j["job_name"] == JOB)
+        return cls(scrape=job.get("scrape_interval", config["global"]["scrape_interval"]),
+                   scrape_timeout=job["scrape_timeout"],
+                   evaluation=config["global"]["evaluation_interval"])
+
 
 def prometheus_config(rules: Path, alertmanager: str, targets_dir: Path,
                       remote_write_url: str | None = None,

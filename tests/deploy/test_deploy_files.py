@@ -15,7 +15,7 @@ import yaml
 from alerts.timescale import seconds
 from exporter.config import WebConfig
 from exporter.process.open_files import RESERVED_FOR_SOURCES
-from exporter.rigctl.stack import prometheus_config
+from exporter.rigctl.stack import Intervals, prometheus_config
 from exporter.thresholds import Thresholds
 
 REPO = Path(__file__).resolve().parents[2]
@@ -130,18 +130,16 @@ def test_the_demo_prometheus_has_the_deployed_layout(tmp_path: Path) -> None:
 # --- the page's latency as deployed (docs/alerts.md#why-the-stall-alerts-do-not-hold) ---
 
 def test_the_rigs_job_is_scraped_and_evaluated_every_5_s() -> None:
-    config = yaml.safe_load((DEPLOY / "prometheus.yml").read_text())
-    job = next(j for j in config["scrape_configs"] if j["job_name"] == "rig")
-    assert seconds(job["scrape_interval"]) == 5
-    assert seconds(config["global"]["evaluation_interval"]) == 5
+    intervals = Intervals.of_job(yaml.safe_load((DEPLOY / "prometheus.yml").read_text()))
+    assert seconds(intervals.scrape) == 5
+    assert seconds(intervals.evaluation) == 5
     # Prometheus refuses a timeout over the interval; the exporter's per-source
     # deadline must leave it room to render.
-    assert WebConfig.scrape_deadline_seconds < seconds(job["scrape_timeout"]) <= 5
+    assert WebConfig.scrape_deadline_seconds < seconds(intervals.scrape_timeout) <= 5
 
 
 def test_a_stall_pages_within_30_s_of_its_start_at_worst() -> None:
-    prometheus = yaml.safe_load((DEPLOY / "prometheus.yml").read_text())
-    job = next(j for j in prometheus["scrape_configs"] if j["job_name"] == "rig")
+    intervals = Intervals.of_job(yaml.safe_load((DEPLOY / "prometheus.yml").read_text()))
     routing = yaml.safe_load((REPO / "alerts" / "alertmanager.yml").read_text())
     pager = next(r for r in routing["route"]["routes"] if r["receiver"] == "rig-pager")
     group_wait = seconds(pager["group_wait"])
@@ -151,6 +149,6 @@ def test_a_stall_pages_within_30_s_of_its_start_at_worst() -> None:
     assert seconds(pager["repeat_interval"]) >= 3600
     assert seconds(routing["route"]["group_interval"]) >= 60
     assert Thresholds().decode_starvation_for_seconds == 0
-    worst = (Thresholds().decode_stall_critical_seconds + seconds(job["scrape_interval"])
-             + seconds(prometheus["global"]["evaluation_interval"]) + group_wait)
+    worst = (Thresholds().decode_stall_critical_seconds + seconds(intervals.scrape)
+             + seconds(intervals.evaluation) + group_wait)
     assert worst < 30, worst

@@ -34,7 +34,7 @@ from alerts import ALERTMANAGER_CONFIG
 from alerts.generate import RULES_PATH
 from alerts.timescale import seconds
 from exporter.process.launch import start_exporter
-from exporter.rigctl.stack import Monitoring, Notification, WebhookReceiver
+from exporter.rigctl.stack import Intervals, Monitoring, Notification, WebhookReceiver
 from exporter.sim.rig.simrig import SimRig
 from exporter.sim.scenarios import SCENARIOS, Expect, Scenario
 from exporter.sim.scenarios.player import play
@@ -47,15 +47,14 @@ from tests.support.cpu_load import busy_cores
 
 pytestmark = pytest.mark.long_running(115)
 
-SCRAPE_SECONDS = 1.0  # Monitoring's Prometheus (exporter/rigctl/stack.py)
+SCRAPE_SECONDS = seconds(Intervals().scrape)  # Monitoring's Prometheus
 # How many rig seconds one scrape stands for. The default run (and the contention
 # tier) play at x15: a scrape every 15 rig seconds, deploy/prometheus.yml's global
 # interval. The slow tier plays at the interval its rig job is scraped and evaluated
 # at (5 s: x5, three times as long), the rate the rules see as deployed.
 TIME_SCALE = 15.0
-_RIG_JOB = next(job for job in yaml.safe_load((REPO / "deploy" / "prometheus.yml").read_text())
-                ["scrape_configs"] if job["job_name"] == "rig")
-DEPLOYED_TIME_SCALE = seconds(_RIG_JOB["scrape_interval"]) / SCRAPE_SECONDS
+DEPLOYED_TIME_SCALE = seconds(Intervals.of_job(yaml.safe_load(
+    (REPO / "deploy" / "prometheus.yml").read_text())).scrape) / SCRAPE_SECONDS
 # (load, time scale) of each run of the module's stack.
 RUNS = [pytest.param(("quiet", TIME_SCALE), id="quiet"),
         pytest.param(("busy", TIME_SCALE), id="busy", marks=pytest.mark.contention),
