@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from tests.e2e import report as e2e_report
-from tests.support.cpu_load import busy_cores
+from tests.support.cpu_load import BUSY, QUIET, tier_marks, under
 from tests.support.sysfs_tree import SYSFS_FIXTURE
 
 
@@ -24,18 +24,13 @@ def sysfs_root(tmp_path: Path) -> Path:
     return root
 
 
-#: The two loads a timing-sensitive test runs under: the default suite runs it quiet,
-#: the contention tier (`-m contention`, docs/testing.md) once more with every core busy.
-LOADS = ["quiet", pytest.param("busy", marks=pytest.mark.contention)]
+LOADS = [pytest.param(load, marks=tier_marks(load)) for load in (QUIET, BUSY)]
 
 
 @pytest.fixture(params=LOADS)
 def cpu_load(request: pytest.FixtureRequest) -> Iterator[str]:
     """The test runs quiet, and in the contention tier with every core busy."""
-    if request.param == "busy":
-        with busy_cores():
-            yield request.param
-    else:
+    with under(request.param):
         yield request.param
 
 

@@ -43,7 +43,7 @@ from tests.e2e import report
 from tests.e2e.stack import LoopThread
 from tests.e2e.tiles import instant, overview, tiles
 from tests.support.checkout import REPO
-from tests.support.cpu_load import busy_cores
+from tests.support.cpu_load import BUSY, QUIET, tier_marks, under
 
 pytestmark = pytest.mark.long_running(115)
 
@@ -56,9 +56,9 @@ TIME_SCALE = 15.0
 DEPLOYED_TIME_SCALE = seconds(Intervals.of_job(yaml.safe_load(
     (REPO / "deploy" / "prometheus.yml").read_text())).scrape) / SCRAPE_SECONDS
 # (load, time scale) of each run of the module's stack.
-RUNS = [pytest.param(("quiet", TIME_SCALE), id="quiet"),
-        pytest.param(("busy", TIME_SCALE), id="busy", marks=pytest.mark.contention),
-        pytest.param(("quiet", DEPLOYED_TIME_SCALE), id="deployed-scrape",
+RUNS = [*(pytest.param((load, TIME_SCALE), id=load, marks=tier_marks(load))
+          for load in (QUIET, BUSY)),
+        pytest.param((QUIET, DEPLOYED_TIME_SCALE), id="deployed-scrape",
                      marks=pytest.mark.slow)]
 STALL_SCALE = 2.0
 # The wedged engine's stream probe must time out well before its heal: its deadline
@@ -178,8 +178,7 @@ def run(tmp_path_factory: pytest.TempPathFactory,
     load, time_scale = request.param
     workdir: Path = tmp_path_factory.mktemp("e2e")
     with contextlib.ExitStack() as stack:
-        if load == "busy":  # every core busy from the stack's start to the last test
-            stack.enter_context(busy_cores())
+        stack.enter_context(under(load))  # from the stack's start to the last test
         loop = LoopThread()
         stack.callback(loop.stop)
         receiver = WebhookReceiver()

@@ -16,7 +16,6 @@ bound no longer than its longest, the upper no shorter than its shortest.
 
 from __future__ import annotations
 
-import contextlib
 import threading
 import time
 import urllib.request
@@ -27,7 +26,7 @@ import pytest
 from exporter.process.launch import start_exporter
 from exporter.sim.engine.state import SimEngine
 from tests.scrape import parse_samples, value
-from tests.support.cpu_load import busy_cores
+from tests.support.cpu_load import BUSY, QUIET, tier_marks, under
 from tests.support.process import SimThread, wait_for_log
 
 STALL = 12.0
@@ -83,14 +82,13 @@ def read_a_true_stall(version: str, log_dir: Path,
 VERSIONS = ["0.5.23", "0.0.0.dev0", "0.5.24.dev41+gf84475c"]
 #: Quiet, the rig's own build stands for the three (the default suite's time); busy,
 #: the three of the issue.
-CASES = [pytest.param("quiet", "0.0.0.dev0", id="quiet-0.0.0.dev0"),
-         *(pytest.param("busy", v, id=f"busy-{v}", marks=pytest.mark.contention)
-           for v in VERSIONS)]
+CASES = [pytest.param(QUIET, "0.0.0.dev0", id="quiet-0.0.0.dev0"),
+         *(pytest.param(BUSY, v, id=f"busy-{v}", marks=tier_marks(BUSY)) for v in VERSIONS)]
 
 
 @pytest.mark.parametrize(("load", "version"), CASES)
 def test_a_true_12_s_stall_lies_within_its_bounds(load, version, tmp_path):
-    with busy_cores() if load == "busy" else contextlib.nullcontext():
+    with under(load):
         lower, upper, longest_gap = read_a_true_stall(version, tmp_path)
     print(f"{load} {version}: {lower:.2f}-{upper:.2f} s, middle {(lower + upper) / 2:.2f} s")
     assert lower <= longest_gap and upper >= STALL

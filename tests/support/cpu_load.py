@@ -11,9 +11,14 @@ import os
 import subprocess
 import sys
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
+
+import pytest
 
 SPIN = "while True: pass"
+#: The two loads a timing-sensitive test runs under: the default suite runs it quiet,
+#: the contention tier (`-m contention`, docs/testing.md) once more with every core busy.
+QUIET, BUSY = "quiet", "busy"
 
 
 @contextmanager
@@ -28,3 +33,13 @@ def busy_cores(count: int | None = None) -> Iterator[list[int]]:
             spinner.kill()
         for spinner in spinners:
             spinner.wait(10)
+
+
+def tier_marks(load: str) -> list[pytest.MarkDecorator]:
+    """The busy load's cases belong to the contention tier, out of the default run."""
+    return [pytest.mark.contention] if load == BUSY else []
+
+
+def under(load: str) -> AbstractContextManager[object]:
+    """Every core busy for the busy load; nothing for the quiet one."""
+    return busy_cores() if load == BUSY else nullcontext()
