@@ -76,11 +76,10 @@ def _with_the_groups_it_tests(path: Path, scratch: Path) -> Path:
     test (about half of its time here) and judges only the alerts a test names; the
     recording groups stay, since alerts read them, and no rule reads another's ALERTS
     series, so an alert evaluates as it does in the whole file."""
-    rules = yaml.safe_load(RULES_PATH.read_text())
-    assert "ALERTS" not in RULES_PATH.read_text(), "a rule reads ALERTS: keep every group"
-    tests = yaml.safe_load(path.read_text())
-    named = {case["alertname"] for group in tests["tests"]
-             for case in group.get("alert_rule_test", [])}
+    text = RULES_PATH.read_text()
+    assert "ALERTS" not in text, "a rule reads ALERTS: keep every group"
+    rules, tests = yaml.safe_load(text), yaml.safe_load(path.read_text())
+    named = _alerts_named(tests)
     rules["groups"] = [g for g in rules["groups"]
                        if any("record" in r for r in g["rules"])
                        or named & {r.get("alert") for r in g["rules"]}]
@@ -91,12 +90,17 @@ def _with_the_groups_it_tests(path: Path, scratch: Path) -> Path:
     return copy
 
 
+def _alerts_named(tests: dict) -> set[str]:
+    """The alerts a promtool unit-test file judges."""
+    return {case["alertname"] for group in tests["tests"]
+            for case in group.get("alert_rule_test", [])}
+
+
 def test_the_copy_keeps_the_groups_a_file_tests(tmp_path: Path) -> None:
     """engine.yaml's copy keeps the recording group and the group of every alert it
     names, and drops the rest."""
     path = ALERTS_DIR / "tests" / "engine.yaml"
-    named = {case["alertname"] for group in yaml.safe_load(path.read_text())["tests"]
-             for case in group.get("alert_rule_test", [])}
+    named = _alerts_named(yaml.safe_load(path.read_text()))
     copy = _with_the_groups_it_tests(path, tmp_path)
     rules_file = yaml.safe_load(copy.read_text())["rule_files"][0]
     kept = yaml.safe_load(Path(rules_file).read_text())["groups"]
