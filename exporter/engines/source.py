@@ -124,6 +124,9 @@ class EngineSource:
                     await task
         if self._stall_reader is not None:
             self._stall_reader.close()
+        for body in (self.body, self.slots_body):
+            if body is not None:
+                body.close()
         if self.session is not None:
             await self.session.close()
 

@@ -15,6 +15,7 @@ resolution); the tracker's state machine does not know which one it has. Chosen 
 
 from __future__ import annotations
 
+import asyncio
 import os
 import statistics
 import time
@@ -38,6 +39,9 @@ PREFIXES = ("sglang:", "sglang_")
 TRACKER_BUDGET = 0.018
 #: Scrapes reuse a body the tracker fetched this recently.
 BODY_REUSE_SECONDS = 1.0
+#: A fetch still unanswered after this is given up, and the next one asks anew: a
+#: connection lost without a reset must not hold every later reading for good.
+FETCH_GIVE_UP_SECONDS = 30.0
 
 
 class TrackerBlind(SourceError):
@@ -182,7 +186,18 @@ class FetchedBody:
 
 
 class MetricsBody:
-    """The engine's /metrics body, shared by the tracker and Prometheus' scrapes."""
+    """The engine's /metrics body, shared by the tracker and Prometheus' scrapes.
+
+    At most one fetch is in flight: a reader that wants a fresh body while one is
+    asked for waits for that one. A reader that gives up waiting (the poller's 2 s,
+    a scrape's deadline) leaves the fetch running for the next. Cancelling it instead
+    left an engine that answered slowly one abandoned request per poll, and SGLang
+    renders each of them in the loop that streams tokens once that loop is free
+    again (uvicorn starts the app when a request's headers arrive, whether or not its
+    client is still there, and prometheus_client's app renders before it reads
+    anything: docs/stall-tracker.md#the-state-machine): a 47 s hang polled every 2.25 s
+    would end in some twenty renders at once.
+    """
 
     def __init__(self, fetch: Callable[[], Awaitable[str]],
                  clock: Callable[[], float] = time.monotonic,
@@ -192,18 +207,33 @@ class MetricsBody:
         #: Times each fetch (a simulated engine's render time in tests).
         self.timer = timer
         self._latest: FetchedBody | None = None
+        self._in_flight: asyncio.Future[FetchedBody] | None = None
         #: Called with the seconds each fetch took.
         self.on_fetch: Callable[[float], None] | None = None
         self.fetches = 0
 
     async def fresh(self) -> FetchedBody:
+        """A body asked for now, or by the fetch already in flight (which was asked
+        for after every body answered before it)."""
+        if self._in_flight is None or self._in_flight.done():
+            self._in_flight = asyncio.ensure_future(self._fetch_one())
+            # Its failure reaches whoever waits; with none left waiting, it is dropped.
+            self._in_flight.add_done_callback(
+                lambda done: done.cancelled() or done.exception())
+        return await asyncio.shield(self._in_flight)
+
+    def close(self) -> None:
+        """Give up the fetch in flight, if any (the exporter is stopping)."""
+        if self._in_flight is not None:
+            self._in_flight.cancel()
+
+    async def _fetch_one(self) -> FetchedBody:
         asked_at, started = self.clock(), self.timer()
-        text = await self._fetch()
+        async with asyncio.timeout(FETCH_GIVE_UP_SECONDS):
+            text = await self._fetch()
         took = self.timer() - started
         self.fetches += 1
-        fetched = FetchedBody(text, asked_at, self.clock())
-        # Of two fetches that overlap, the one answered last stays.
-        self._latest = fetched
+        fetched = self._latest = FetchedBody(text, asked_at, self.clock())
         if self.on_fetch is not None:
             self.on_fetch(took)
         return fetched
