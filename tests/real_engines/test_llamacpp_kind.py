@@ -20,6 +20,7 @@ from exporter.streams import StreamMeter
 from tests.support.real_engines import (
     RealEngine,
     Timeline,
+    agent_session,
     agent_stream,
     solo_exporter,
     token_ids,
@@ -57,7 +58,7 @@ def test_llamacpp_kind_end_to_end(llama_engine: RealEngine) -> None:
 
     async def scenario():
         async with solo_exporter(llama_engine, "llamacpp") as solo, \
-                aiohttp.ClientSession() as session:
+                agent_session() as session:
             url = solo.url
             # Cached tokens per agent: the same prompt twice, on the same slot.
             warm = await native_stream(session, url, "a", {"prompt": short, "n_predict": 8})
@@ -66,26 +67,27 @@ def test_llamacpp_kind_end_to_end(llama_engine: RealEngine) -> None:
             # A decodes; 2 s later B's fresh 16k prompt arrives.
             b_done = asyncio.Event()
             timeline = Timeline()
-            a = asyncio.create_task(native_stream(session, url, "a", {
-                "prompt": short[:16], "n_predict": A_TOKENS, "ignore_eos": True,
-                "grammar": ASCII_ONLY}, timeline, until=b_done))
-            await asyncio.sleep(2.0)
-            decoding = await solo.scrape()
-            timeline.mark("B sent")
-            b = await native_stream(session, url, "b", {"prompt": fresh, "n_predict": 4},
-                                    timeline)
-            timeline.mark("B done")
-            during = await solo.scrape()
-            await asyncio.sleep(1.0)  # A decodes on, then hangs up
-            b_done.set()
-            a_meter = await a
-            timeline.mark("A done")
-            await asyncio.sleep(2.0)  # llama-server notices the hang-up, releases A
-            after = await solo.scrape()
+            async with timeline.watching():
+                a = asyncio.create_task(native_stream(session, url, "a", {
+                    "prompt": short[:16], "n_predict": A_TOKENS, "ignore_eos": True,
+                    "grammar": ASCII_ONLY}, timeline, until=b_done))
+                await asyncio.sleep(2.0)
+                decoding = await solo.scrape()
+                timeline.mark("B sent")
+                b = await native_stream(session, url, "b", {"prompt": fresh, "n_predict": 4},
+                                        timeline)
+                timeline.mark("B done")
+                during = await solo.scrape()
+                await asyncio.sleep(1.0)  # A decodes on, then hangs up
+                b_done.set()
+                a_meter = await a
+                timeline.mark("A done")
+                await asyncio.sleep(2.0)  # llama-server notices the hang-up, releases A
+                after = await solo.scrape()
             print("\n" + timeline.describe("a", solo.stalls()))
-        return warm, again, idle, decoding, b, during, a_meter, after
+        return warm, again, idle, decoding, b, during, a_meter, after, timeline
 
-    warm, again, idle, decoding, b, during, a, after = asyncio.run(scenario())
+    warm, again, idle, decoding, b, during, a, after, timeline = asyncio.run(scenario())
 
     # The tap reads the native frames: counts from tokens_predicted, the cached part
     # of the prompt from timings.cache_n (at least one token is always evaluated).
@@ -114,6 +116,9 @@ def test_llamacpp_kind_end_to_end(llama_engine: RealEngine) -> None:
           f"B's TTFT {b.timer.timing().ttft_seconds:.2f} s; "
           f"stalled total {after['rig_engine_decode_stalled_seconds_total']:.2f} s")
     assert longest > 1.0  # a real stall, not decode's cadence
+    # Void if the test's own process stood still across the gap: the pause is its own.
+    assert not timeline.stood_still_within(*timeline.longest_pause("a")), \
+        "the test's own event loop stood still across A's longest pause (the timeline above)"
     assert low - EDGE_SECONDS <= longest <= high + EDGE_SECONDS
     assert high - low <= 2 * 0.25 + EDGE_SECONDS  # two polls apart, and their answers
     assert after["rig_engine_decode_stalled_seconds_total"] >= low

@@ -14,13 +14,13 @@ from __future__ import annotations
 import asyncio
 import random
 
-import aiohttp
 import pytest
 
 from tests.support.real_engines import (
     MODEL,
     RealEngine,
     Timeline,
+    agent_session,
     agent_stream,
     solo_exporter,
     token_ids,
@@ -52,25 +52,25 @@ def test_a_whole_prefill_stall_lies_within_the_trackers_bounds(
     timeline = Timeline()
 
     async def scenario():
-        async with solo_exporter(vllm_engine, "vllm") as solo, \
-                aiohttp.ClientSession() as session:
-            b_done = asyncio.Event()
-            timeline.mark("A sent")
-            a = asyncio.create_task(agent_stream(
-                session, solo.url + COMPLETIONS, "a", completion(short, A_TOKENS), timeline,
-                until=b_done))
-            await asyncio.sleep(3.0)  # A decodes, the tracker sees it move
-            decoding = await solo.scrape()
-            timeline.mark("B sent")
-            b = await agent_stream(session, solo.url + COMPLETIONS, "b", completion(fresh, 4),
-                                   timeline)
-            timeline.mark("B done")
-            await asyncio.sleep(1.0)  # A decodes on, then hangs up
-            b_done.set()
-            a_meter = await a
-            timeline.mark("A done")
-            await asyncio.sleep(2.0)  # the tracker sees the stall over
-            after = await solo.scrape()
+        async with solo_exporter(vllm_engine, "vllm") as solo, agent_session() as session:
+            async with timeline.watching():
+                b_done = asyncio.Event()
+                timeline.mark("A sent")
+                a = asyncio.create_task(agent_stream(
+                    session, solo.url + COMPLETIONS, "a", completion(short, A_TOKENS), timeline,
+                    until=b_done))
+                await asyncio.sleep(3.0)  # A decodes, the tracker sees it move
+                decoding = await solo.scrape()
+                timeline.mark("B sent")
+                b = await agent_stream(session, solo.url + COMPLETIONS, "b", completion(fresh, 4),
+                                       timeline)
+                timeline.mark("B done")
+                await asyncio.sleep(1.0)  # A decodes on, then hangs up
+                b_done.set()
+                a_meter = await a
+                timeline.mark("A done")
+                await asyncio.sleep(2.0)  # the tracker sees the stall over
+                after = await solo.scrape()
             print("\n" + timeline.describe("a", solo.stalls()))
         return decoding, b, a_meter, after
 
@@ -96,5 +96,8 @@ def test_a_whole_prefill_stall_lies_within_the_trackers_bounds(
           f"{high:.3f}] s, middle {(low + high) / 2:.3f} s; B's TTFT "
           f"{b.timer.timing().ttft_seconds:.2f} s")
     assert longest > 1.0  # a real stall, not decode's cadence
+    # Void if the test's own process stood still across the gap: the pause is its own.
+    assert not timeline.stood_still_within(*timeline.longest_pause("a")), \
+        "the test's own event loop stood still across A's longest pause (the timeline above)"
     assert low - EDGE_SECONDS <= longest <= high + EDGE_SECONDS
     assert after["rig_engine_decode_stalled_seconds_total"] >= low

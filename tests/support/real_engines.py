@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import faulthandler
 import fcntl
 import hashlib
 import itertools
@@ -20,10 +21,12 @@ import random
 import shutil
 import subprocess
 import tempfile
+import threading
 import time
 from collections.abc import AsyncIterator, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import IO
 
 import aiohttp
 from prometheus_client.parser import text_string_to_metric_families
@@ -158,11 +161,26 @@ def llama_server(flags: Sequence[str] = (), log_dir: Path | None = None) -> Iter
         yield engine
 
 
+def _confined_to_engine_cpus() -> list[str]:
+    """`taskset -c CPUS`: the engine gets every core this process may use but the
+    last, which stays free for the test's own process (its clients, tap and exporter).
+    On this machine's kernel, vLLM busy on both of 2 cores (its worker on one, its
+    engine core's wait loop on the other) left every other process no CPU at all for
+    up to 39 s, at nice 10 as at 0: the client and the tracker then measured nothing
+    (docs/testing.md#the-observers-core)."""
+    cpus = sorted(os.sched_getaffinity(0))
+    if len(cpus) < 2:
+        return []
+    return [shutil.which("taskset") or "/usr/bin/taskset", "-c",
+            ",".join(str(cpu) for cpu in cpus[:-1])]
+
+
 @contextlib.contextmanager
 def _started(kind: str, argv: list[str], log_dir: Path | None, port: int,
              flags: tuple[str, ...], ready_path: str, timeout: float) -> Iterator[RealEngine]:
     log_dir = log_dir or Path(tempfile.mkdtemp(prefix=f"rig-{kind}-"))
-    with Process(kind, argv, log_dir / f"{kind}-{port}.log") as process:
+    with Process(kind, [*_confined_to_engine_cpus(), *argv],
+                 log_dir / f"{kind}-{port}.log") as process:
         url = f"http://127.0.0.1:{port}"
         wait_ready(url + ready_path, process, timeout)
         yield RealEngine(kind, url, flags, process)
@@ -215,15 +233,31 @@ async def solo_exporter(engine: RealEngine, kind: str) -> AsyncIterator[Solo]:
         await exporter.close()
 
 
+#: The test's own event loop standing still this long is noted, with every thread's
+#: stack as faulthandler's watchdog thread saw it (it writes without the loop or the
+#: GIL): a client and a tap that stand still measure nothing.
+LOOP_STILL_SECONDS = 1.0
+
+
 class Timeline:
     """When a scenario's events happened, on time.monotonic() from its start, and the
     longest pause between a stream's chunks: the line a tier test prints, so that a
-    failure on another machine says what happened when."""
+    failure on another machine says what happened when. While `watching()`, it also
+    notes when the test's own process stood still, and whether the whole process or
+    only its event loop did (docs/testing.md#when-the-test-itself-stands-still)."""
 
     def __init__(self) -> None:
         self.start = time.monotonic()
         self.events: dict[str, float] = {}
         self.arrivals: dict[str, list[float]] = {}
+        #: (from, seconds) on the timeline: the event loop's ticks, and a plain
+        #: thread's, that came LOOP_STILL_SECONDS or more late.
+        self.loop_still: list[tuple[float, float]] = []
+        self.thread_still: list[tuple[float, float]] = []
+        #: What faulthandler wrote while watching: every thread's stack, each time the
+        #: loop had stood still for twice LOOP_STILL_SECONDS.
+        self.stacks = ""
+        self._pressure = _pressure_stalled_seconds()
 
     def mark(self, event: str) -> None:
         self.events[event] = time.monotonic() - self.start
@@ -237,13 +271,89 @@ class Timeline:
         return max(itertools.pairwise(times), key=lambda pair: pair[1] - pair[0],
                    default=(0.0, 0.0))
 
+    def stood_still_within(self, begin: float, end: float) -> list[tuple[float, float]]:
+        """The loop's standstills that overlap (begin, end): a pause measured across
+        one may be the test's own, not the engine's."""
+        return [(at, late) for at, late in self.loop_still if at < end and at + late > begin]
+
+    @contextlib.asynccontextmanager
+    async def watching(self, tick: float = 0.05) -> AsyncIterator[None]:
+        """Watch the event loop (a task) and the process (a thread) tick while the
+        scenario runs."""
+        stop = threading.Event()
+
+        def note(still: list[tuple[float, float]], before: float) -> None:
+            late = time.monotonic() - before - tick
+            if late >= LOOP_STILL_SECONDS:
+                still.append((before - self.start, late))
+
+        def thread_watch() -> None:
+            before = time.monotonic()
+            while not stop.wait(tick):
+                note(self.thread_still, before)
+                before = time.monotonic()
+
+        async def loop_watch(stacks: IO[str]) -> None:
+            while True:
+                before = time.monotonic()
+                faulthandler.dump_traceback_later(LOOP_STILL_SECONDS * 2, file=stacks)
+                await asyncio.sleep(tick)
+                note(self.loop_still, before)
+
+        thread = threading.Thread(target=thread_watch, name="timeline-watch", daemon=True)
+        with tempfile.TemporaryFile("w+") as stacks:
+            thread.start()
+            task = asyncio.create_task(loop_watch(stacks))
+            try:
+                yield
+            finally:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+                faulthandler.cancel_dump_traceback_later()
+                stop.set()
+                thread.join()
+                stacks.seek(0)
+                self.stacks = stacks.read()
+
     def describe(self, stream: str, stalls: list[tuple[float, float, float]]) -> str:
         events = ", ".join(f"{name} {at:.2f}" for name, at in self.events.items())
         paused_from, paused_to = self.longest_pause(stream)
         seen = ", ".join(f"[{low:.2f}, {high:.2f}] s ending {ended - self.start:.2f}"
                          for ended, low, high in stalls) or "none"
-        return (f"at s from the start: {events}; {stream}'s longest pause between chunks "
-                f"{paused_from:.2f}-{paused_to:.2f}; the tracker's stalls: {seen}")
+        lines = [f"at s from the start: {events}; {stream}'s longest pause between chunks "
+                 f"{paused_from:.2f}-{paused_to:.2f}; the tracker's stalls: {seen}"]
+        for name, still in (("event loop", self.loop_still), ("thread", self.thread_still)):
+            if still:
+                lines.append(f"the test's own {name} stood still: " + ", ".join(
+                    f"{late:.2f} s from {at:.2f}" for at, late in still))
+        stalled = {kind: after - before for (kind, before), after in zip(
+            self._pressure.items(), _pressure_stalled_seconds().values(), strict=False)}
+        lines.append("the box's pressure stall (some tasks waiting) since the start: " + (
+            ", ".join(f"{kind} {seconds:.1f} s" for kind, seconds in stalled.items())
+            or "not reported by this kernel"))
+        if self.stacks:
+            lines.append("every thread's stack when the loop had stood still for "
+                         f"{LOOP_STILL_SECONDS * 2:g} s:\n{self.stacks}")
+        return "\n".join(lines)
+
+
+def _pressure_stalled_seconds() -> dict[str, float]:
+    """The kernel's pressure stall totals (/proc/pressure/*, `some` line), in seconds:
+    how long some task waited for a core, for memory or for I/O."""
+    totals: dict[str, float] = {}
+    for kind in ("cpu", "memory", "io"):
+        with contextlib.suppress(OSError, ValueError, IndexError):
+            some = Path("/proc/pressure", kind).read_text().splitlines()[0]
+            totals[kind] = int(some.rpartition("total=")[2]) / 1e6
+    return totals
+
+
+def agent_session() -> aiohttp.ClientSession:
+    """The agents' client session, with no deadline of its own: aiohttp's default gives
+    a connect 30 s and a request 300 s, and a busy box once took longer to accept B's
+    connection. The test's timeout bounds it, as an agent's patience would."""
+    return aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=None))
 
 
 async def agent_stream(session: aiohttp.ClientSession, url: str, agent: str, body: dict,
