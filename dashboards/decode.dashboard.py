@@ -94,16 +94,20 @@ def build(t: Thresholds) -> Dashboard:
         ),
         timeseries(
             "Stall tracker: stall under way and its resolution",
-            "The longest decode stall under way in each interval (0 while decoding) and the"
+            "The longest decode stall under way in each interval (0 while decoding), the"
             " tracker's poll"
             " interval in force (its resolution, set by the 2 % engine-cost budget, and its"
-            " floor while decode stands still): a stall shorter than the resolution can be"
-            " missed. Dashed lines: the stall under way only.",
+            " floor while decode stands still), and its longest blind span: the most time"
+            " between two of its readings (slow answers, or an exporter that got no CPU)."
+            " A stall shorter than the blind span can pass unseen. Dashed lines: the stall"
+            " under way only.",
             "s",
             targets(
                 (worst(sel("rig_engine_decode_stall_seconds")), "{{engine}} stall under way"),
                 (worst(sel("rig_engine_decode_stall_resolution_seconds")),
                  "{{engine}} resolution"),
+                (worst(sel("rig_engine_decode_stall_max_blind_seconds")),
+                 "{{engine}} longest blind span"),
             ),
             thresholds=gap_steps,
             alerts=("RigDecodeStarvation",),

@@ -164,6 +164,13 @@ def _stall_families(ids: list[str], stall: StallState) -> Iterable[Metric]:
         family = gauge(name, doc, ENGINE_LABELS)
         family.add_metric(ids, value)
         yield family
+    if stall.max_recent_blind_seconds is not None:
+        blind = gauge("engine_decode_stall_max_blind_seconds", "Longest span in the last "
+                      f"{window} from one stall-tracker reading's ask to the next one's "
+                      "answer: a stall shorter than it could have passed unseen.",
+                      ENGINE_LABELS)
+        blind.add_metric(ids, stall.max_recent_blind_seconds)
+        yield blind
     total = counter("engine_decode_stalled_seconds_total",
                     "Time spent in decode stalls since the exporter started (the lower "
                     "bounds added up).", ENGINE_LABELS)

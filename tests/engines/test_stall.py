@@ -138,7 +138,8 @@ class TestTrackerRules:
         tracker.observe(2.0, 5, running=2)
         tracker.observe(2.25, 5, running=0)
         # Ended between the last stalled poll and the idle one: at most 2.25 s.
-        assert tracker.state(2.25) == StallState(0.0, 2.0, 2.0, 0.0, 2.25)
+        assert tracker.state(2.25) == StallState(0.0, 2.0, 2.0, 0.0, 2.25,
+                                                 max_recent_blind_seconds=2.0)
 
     def test_counter_reset_rebaselines(self):
         tracker = DecodeStallTracker()

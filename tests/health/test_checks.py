@@ -154,6 +154,21 @@ class TestDecode:
                     "decode_starvation", engine="main")
         assert check.status is HealthStatus.OK
 
+    @pytest.mark.parametrize(("stall", "blind", "status"), [
+        (0.0, 39.0, HealthStatus.UNKNOWN),  # blind for longer than the line: cannot say
+        (9.9, 10.0, HealthStatus.UNKNOWN),
+        (47.2, 39.0, HealthStatus.CRIT),  # a stall it saw is judged whatever it missed
+        (0.0, 9.9, HealthStatus.OK),  # no stall over the line fits between readings
+    ])
+    def test_a_tracker_blind_for_longer_than_the_line_cannot_say_ok(
+            self, stall, blind, status) -> None:
+        rig = Rig(engines=[engine(stall=stall, stall_blind=blind)])
+        check = one(Watch().at(0, rig), "decode_starvation", engine="main")
+        assert check.status is status
+        if status is HealthStatus.UNKNOWN:
+            assert check.value is None
+            assert f"went {blind:g} s between two readings" in check.reason
+
     def test_wedged_queue_needs_a_minute_of_history(self) -> None:
         rig = Rig(engines=[engine(queued_requests=3, running_requests=0)])
         watch = Watch()

@@ -54,6 +54,10 @@ class StallState:
     max_recent_upper_seconds: float
     #: How far `max_recent_seconds` looks back.
     window_seconds: float = Thresholds.decode_stall_window_seconds
+    #: The longest span in the window from one reading's ask to the next one's answer:
+    #: a stall shorter than it could have passed between them unseen. None before two
+    #: readings (docs/stall-tracker.md#blind-spans).
+    max_recent_blind_seconds: float | None = None
 
     @property
     def longest_estimate_seconds(self) -> float:
@@ -83,6 +87,9 @@ class DecodeStallTracker:
         # Finished stalls as (ended at, lower, upper); bounded, a window rarely holds many.
         self._finished: deque[tuple[float, float, float]] = deque(maxlen=history)
         self._finished_seconds = 0.0
+        # Blind spans as (answered, seconds), each longer than every one after it: the
+        # first within the window is the window's longest (a sliding maximum).
+        self._blind: deque[tuple[float, float]] = deque()
 
     @property
     def standing_still(self) -> bool:
@@ -95,6 +102,8 @@ class DecodeStallTracker:
         asked for at `asked` (default: `answered`, an instant reading)."""
         asked = answered if asked is None else asked
         counter, self._counter = self._counter, progress
+        if counter is not None:
+            self._note_blind(answered, answered - self._last_asked)
         if counter is None or progress < counter or running <= 0:
             # A fresh baseline, a restart (counter reset) or an idle engine: not a stall,
             # and one measured from here on.
@@ -123,9 +132,19 @@ class DecodeStallTracker:
     def state(self, now: float) -> StallState:
         lower, upper = self._current()
         recent = [(low, high) for _, low, high in self.recent(now)]
+        blind = next((span for at, span in self._blind if at >= now - self.window_seconds),
+                     None)
         return StallState(lower, max([lower, *(low for low, _ in recent)]),
                           self._finished_seconds + lower, upper,
-                          max([upper, *(high for _, high in recent)]), self.window_seconds)
+                          max([upper, *(high for _, high in recent)]), self.window_seconds,
+                          blind)
+
+    def _note_blind(self, answered: float, span: float) -> None:
+        while self._blind and self._blind[-1][1] <= span:
+            self._blind.pop()
+        while self._blind and self._blind[0][0] < answered - self.window_seconds:
+            self._blind.popleft()
+        self._blind.append((answered, span))
 
     def _current(self, until: float | None = None) -> tuple[float, float]:
         """The stall under way's bounds; `until`: the answer that saw it over."""
