@@ -3,6 +3,7 @@ unseen (docs/stall-tracker.md#blind-spans)."""
 
 from __future__ import annotations
 
+import itertools
 import random
 
 import pytest
@@ -68,7 +69,7 @@ def test_the_sliding_longest_is_the_longest_span_in_the_window(seed: int) -> Non
         tracker.observe(t, counter, running=2, asked=asked)
         readings.append((asked, t))
         spans = [(answered, answered - previous_ask) for (previous_ask, _), (_, answered)
-                 in zip(readings, readings[1:])]
+                 in itertools.pairwise(readings)]
         in_window = [span for answered, span in spans if answered >= t - window]
         expected = max(in_window) if in_window else None
         assert tracker.state(t).max_recent_blind_seconds == (
