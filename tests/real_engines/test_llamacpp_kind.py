@@ -112,7 +112,8 @@ def test_llamacpp_kind_end_to_end(llama_engine: RealEngine) -> None:
     longest = gaps.max_gap_seconds
     low, high = (after["rig_engine_decode_stall_max_seconds"],
                  after["rig_engine_decode_stall_max_upper_seconds"])
-    print(f"\nA's longest gap {longest:.3f} s; tracker's bounds [{low:.3f}, {high:.3f}] s; "
+    print(f"\nA's longest gap {longest:.3f} s; tracker's bounds [{low:.3f}, {high:.3f}] s, "
+          f"longest blind span {after['rig_engine_decode_stall_max_blind_seconds']:.3f} s; "
           f"B's TTFT {b.timer.timing().ttft_seconds:.2f} s; "
           f"stalled total {after['rig_engine_decode_stalled_seconds_total']:.2f} s")
     assert longest > 1.0  # a real stall, not decode's cadence

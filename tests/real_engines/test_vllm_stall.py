@@ -93,7 +93,8 @@ def test_a_whole_prefill_stall_lies_within_the_trackers_bounds(
                  after["rig_engine_decode_stall_max_upper_seconds"])
     print(f"\nA's longest gap between chunks {longest:.3f} s, between chunks with text "
           f"{a.timer.timing().max_gap_seconds:.3f} s; tracker's bounds [{low:.3f}, "
-          f"{high:.3f}] s, middle {(low + high) / 2:.3f} s; B's TTFT "
+          f"{high:.3f}] s, middle {(low + high) / 2:.3f} s, longest blind span "
+          f"{after['rig_engine_decode_stall_max_blind_seconds']:.3f} s; B's TTFT "
           f"{b.timer.timing().ttft_seconds:.2f} s")
     assert longest > 1.0  # a real stall, not decode's cadence
     # Void if the test's own process stood still across the gap: the pause is its own.
