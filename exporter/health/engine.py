@@ -68,18 +68,18 @@ def _starvation(c: Context, labels: dict[str, str], reading: EngineReading) -> l
                   f"(stall tracker, longest in {window}{bounds}{under_way})" if longest >= limit
                   else f"{name}: longest decode stall in {window} {seconds(longest)} "
                        f"(stall tracker{bounds})")
-        blind = stall.max_recent_blind_seconds
-        if longest < limit and blind is not None and blind >= limit:
+        holds: bool | None = longest >= limit
+        value: float | None = longest
+        blind_span = stall.max_recent_blind_seconds
+        if not holds and blind_span is not None and blind_span >= limit:
             # Not "no stall": one that long fits between two of its readings
             # (docs/stall-tracker.md#blind-spans).
-            out.append(signal("decode_starvation", labels, "RigDecodeStarvation", stages,
-                              None, None, limit, "s", f"{name}: the stall tracker went "
-                              f"{seconds(blind)} between two readings in {window} (its "
-                              "process got no CPU, or the engine answered that late): a "
-                              "stall that long could have passed unseen", "stall"))
-        else:
-            out.append(signal("decode_starvation", labels, "RigDecodeStarvation", stages,
-                              longest >= limit, longest, limit, "s", reason, "stall"))
+            holds = value = None
+            reason = (f"{name}: the stall tracker went {seconds(blind_span)} between two "
+                      f"readings in {window} (its process got no CPU, or the engine "
+                      "answered that late): a stall that long could have passed unseen")
+        out.append(signal("decode_starvation", labels, "RigDecodeStarvation", stages,
+                          holds, value, limit, "s", reason, "stall"))
     blind = reading.stall_tracker
     if reading.stall is None and blind is not None and not blind.up:
         # Not "no stall": the tracker cannot tell
