@@ -8,6 +8,7 @@ from exporter.engines.source import EngineReading
 from exporter.health.report import Signal, Stage
 from exporter.health.view import Context, engine_labels, seconds, signal
 from exporter.schema import engine_source, probe_source
+from exporter.thresholds import MIN_STALL_SECONDS
 
 
 def engine_signals(c: Context) -> list[Signal]:
@@ -71,7 +72,11 @@ def _starvation(c: Context, labels: dict[str, str], reading: EngineReading) -> l
         holds: bool | None = longest >= limit
         value: float | None = longest
         blind_span = stall.max_recent_blind_seconds
-        if not holds and blind_span is not None and blind_span >= limit:
+        # The tracker reports no stall under MIN_STALL_SECONDS however often it reads,
+        # so a shorter span hides nothing it would have said (a time-compressed rig's
+        # line can lie below it).
+        if not holds and blind_span is not None and blind_span >= max(limit,
+                                                                      MIN_STALL_SECONDS):
             # Not "no stall": one that long fits between two of its readings
             # (docs/stall-tracker.md#blind-spans).
             holds = value = None

@@ -169,6 +169,17 @@ class TestDecode:
             assert check.value is None
             assert f"went {blind:g} s between two readings" in check.reason
 
+    def test_a_blind_span_shorter_than_the_shortest_stall_reported_hides_nothing(
+            self) -> None:
+        # A time-compressed rig's line (0.5 s) lies below the tracker's 1 s floor.
+        rig = Rig(engines=[engine(stall=0.0, stall_blind=0.9)])
+        watch = Watch(Thresholds(decode_stall_critical_seconds=0.5))
+        assert one(watch.at(0, rig), "decode_starvation",
+                   engine="main").status is HealthStatus.OK
+        rig = Rig(engines=[engine(stall=0.0, stall_blind=1.0)])
+        assert one(Watch(Thresholds(decode_stall_critical_seconds=0.5)).at(0, rig),
+                   "decode_starvation", engine="main").status is HealthStatus.UNKNOWN
+
     def test_wedged_queue_needs_a_minute_of_history(self) -> None:
         rig = Rig(engines=[engine(queued_requests=3, running_requests=0)])
         watch = Watch()
