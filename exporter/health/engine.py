@@ -72,11 +72,11 @@ def _starvation(c: Context, labels: dict[str, str], reading: EngineReading) -> l
         holds: bool | None = longest >= limit
         value: float | None = longest
         blind_span = stall.max_recent_blind_seconds
-        # The tracker reports no stall under MIN_STALL_SECONDS however often it reads,
-        # so a shorter span hides nothing it would have said (a time-compressed rig's
-        # line can lie below it).
-        if not holds and blind_span is not None and blind_span >= max(limit,
-                                                                      MIN_STALL_SECONDS):
+        # The tracker reports a stall only once it outlasts MIN_STALL_SECONDS by about
+        # a poll, so a shorter span hides nothing it would have said (a time-compressed
+        # rig's line can lie below that).
+        reported = MIN_STALL_SECONDS + (reading.stall_resolution_seconds or 0.0)
+        if not holds and blind_span is not None and blind_span >= max(limit, reported):
             # Not "no stall": one that long fits between two of its readings
             # (docs/stall-tracker.md#blind-spans).
             holds = value = None

@@ -169,16 +169,21 @@ class TestDecode:
             assert check.value is None
             assert f"went {blind:g} s between two readings" in check.reason
 
+    @pytest.mark.parametrize(("blind", "resolution", "status"), [
+        (0.9, None, HealthStatus.OK),
+        (1.0, None, HealthStatus.UNKNOWN),
+        (1.2, 0.25, HealthStatus.OK),
+        (1.25, 0.25, HealthStatus.UNKNOWN),
+    ])
     def test_a_blind_span_shorter_than_the_shortest_stall_reported_hides_nothing(
-            self) -> None:
-        # A time-compressed rig's line (0.5 s) lies below the tracker's 1 s floor.
-        rig = Rig(engines=[engine(stall=0.0, stall_blind=0.9)])
+            self, blind, resolution, status) -> None:
+        # A time-compressed rig's line (0.5 s) lies below the shortest stall the
+        # tracker reports: 1 s and, where it polls, one poll more.
+        reading = dataclasses.replace(engine(stall=0.0, stall_blind=blind),
+                                      stall_resolution_seconds=resolution)
         watch = Watch(Thresholds(decode_stall_critical_seconds=0.5))
-        assert one(watch.at(0, rig), "decode_starvation",
-                   engine="main").status is HealthStatus.OK
-        rig = Rig(engines=[engine(stall=0.0, stall_blind=1.0)])
-        assert one(Watch(Thresholds(decode_stall_critical_seconds=0.5)).at(0, rig),
-                   "decode_starvation", engine="main").status is HealthStatus.UNKNOWN
+        assert one(watch.at(0, Rig(engines=[reading])), "decode_starvation",
+                   engine="main").status is status
 
     def test_wedged_queue_needs_a_minute_of_history(self) -> None:
         rig = Rig(engines=[engine(queued_requests=3, running_requests=0)])
