@@ -8,7 +8,7 @@ from exporter.engines.source import EngineReading
 from exporter.health.report import Signal, Stage
 from exporter.health.view import Context, engine_labels, seconds, signal
 from exporter.schema import engine_source, probe_source
-from exporter.thresholds import MIN_STALL_SECONDS
+from exporter.thresholds import MIN_STALL_SECONDS, STALL_POLL_TIMEOUT_SECONDS
 
 
 def engine_signals(c: Context) -> list[Signal]:
@@ -72,11 +72,13 @@ def _starvation(c: Context, labels: dict[str, str], reading: EngineReading) -> l
         holds: bool | None = longest >= limit
         value: float | None = longest
         blind_span = stall.max_recent_blind_seconds
-        # The tracker reports a stall only once it outlasts MIN_STALL_SECONDS by about
-        # a poll, so a shorter span hides nothing it would have said (a time-compressed
-        # rig's line can lie below that).
-        reported = MIN_STALL_SECONDS + (reading.stall_resolution_seconds or 0.0)
-        if not holds and blind_span is not None and blind_span >= max(limit, reported):
+        # The tracker's normal working: the shortest stall it reports (MIN_STALL_SECONDS
+        # and about a poll) plus one poll's whole wait. On the rig the 10 s line lies
+        # above it; a time-compressed rig's line lies far below, where the loaded test
+        # box's own hiccups (2.2 s seen) would read as blindness.
+        working = (STALL_POLL_TIMEOUT_SECONDS + MIN_STALL_SECONDS
+                   + (reading.stall_resolution_seconds or 0.0))
+        if not holds and blind_span is not None and blind_span >= max(limit, working):
             # Not "no stall": one that long fits between two of its readings
             # (docs/stall-tracker.md#blind-spans).
             holds = value = None

@@ -170,15 +170,16 @@ class TestDecode:
             assert f"went {blind:g} s between two readings" in check.reason
 
     @pytest.mark.parametrize(("blind", "resolution", "status"), [
-        (0.9, None, HealthStatus.OK),
-        (1.0, None, HealthStatus.UNKNOWN),
-        (1.2, 0.25, HealthStatus.OK),
-        (1.25, 0.25, HealthStatus.UNKNOWN),
+        (2.9, None, HealthStatus.OK),
+        (3.0, None, HealthStatus.UNKNOWN),
+        (3.2, 0.25, HealthStatus.OK),
+        (3.25, 0.25, HealthStatus.UNKNOWN),
     ])
-    def test_a_blind_span_shorter_than_the_shortest_stall_reported_hides_nothing(
+    def test_a_blind_span_within_the_trackers_normal_working_says_nothing(
             self, blind, resolution, status) -> None:
-        # A time-compressed rig's line (0.5 s) lies below the shortest stall the
-        # tracker reports: 1 s and, where it polls, one poll more.
+        # A time-compressed rig's line (0.5 s) lies below the tracker's normal working:
+        # the shortest stall it reports (1 s and, where it polls, one poll more) and one
+        # poll's whole 2 s wait.
         reading = dataclasses.replace(engine(stall=0.0, stall_blind=blind),
                                       stall_resolution_seconds=resolution)
         watch = Watch(Thresholds(decode_stall_critical_seconds=0.5))
