@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import random
 import shutil
 import signal
 import socket
@@ -29,8 +30,34 @@ from pathlib import Path
 EXPORTER_MODULE = ("-m", "exporter")
 
 
+#: Where the kernel's own port choices start (net.ipv4.ip_local_port_range's first
+#: value, 32768 by default): every bind to port 0 and every outgoing connection takes
+#: its port from there on.
+_EPHEMERAL_RANGE = Path("/proc/sys/net/ipv4/ip_local_port_range")
+#: Below it, ports from here up are chosen at random; lower ones hold well-known
+#: services (Prometheus' 9090, Grafana's 3000).
+_CHOSEN_FROM = 10_000
+
+
 def free_port() -> int:
-    """A loopback port that was free a moment ago."""
+    """A loopback port that was free a moment ago, chosen at random below the kernel's
+    ephemeral range where there is room: a port the kernel handed out is the one it
+    hands the next outgoing connection of any process, and a test suite's own clients
+    took one between this choice and the bind (CI saw it once in 1,822 tests)."""
+    try:
+        first_ephemeral = int(_EPHEMERAL_RANGE.read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        first_ephemeral = _CHOSEN_FROM
+    if first_ephemeral - _CHOSEN_FROM >= 1_000:
+        for _ in range(64):
+            port = random.randrange(_CHOSEN_FROM, first_ephemeral)
+            with socket.socket() as s:
+                try:
+                    s.bind(("127.0.0.1", port))
+                except OSError:
+                    continue
+                return port
+    # No room below the range, or nothing free there: the kernel chooses.
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]

@@ -10,6 +10,7 @@ import time
 import urllib.request
 from pathlib import Path
 
+from exporter.process import launch
 from exporter.process.launch import free_port, start_exporter
 from exporter.sim.engine.state import Fault, SimEngine
 from tests.scrape import parse_samples, value
@@ -50,6 +51,22 @@ def test_a_failed_bind_is_reported_and_never_logged_as_listening(tmp_path: Path)
     log = exporter.log()
     assert f"cannot listen on 127.0.0.1:{port}" in log
     assert "listening on" not in log
+
+
+def test_a_free_port_is_chosen_below_the_kernels_own_choices(tmp_path: Path,
+                                                             monkeypatch) -> None:
+    ports = {free_port() for _ in range(20)}
+    first_ephemeral = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    assert all(10_000 <= port < first_ephemeral for port in ports)
+    assert len(ports) > 1  # at random, not the same one each time
+    for port in ports:  # each was free when chosen and is free again
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", port))
+    # No room below the range (or no /proc): the kernel chooses, as before.
+    (tmp_path / "range").write_text("1024\t65535\n")
+    monkeypatch.setattr(launch, "_EPHEMERAL_RANGE", tmp_path / "range")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", free_port()))
 
 
 def test_access_log_is_opt_in(tmp_path: Path) -> None:
