@@ -8,7 +8,6 @@ from exporter.engines.source import EngineReading
 from exporter.health.report import Signal, Stage
 from exporter.health.view import Context, engine_labels, seconds, signal
 from exporter.schema import engine_source, probe_source
-from exporter.thresholds import MIN_STALL_SECONDS, STALL_POLL_TIMEOUT_SECONDS
 
 
 def engine_signals(c: Context) -> list[Signal]:
@@ -69,24 +68,8 @@ def _starvation(c: Context, labels: dict[str, str], reading: EngineReading) -> l
                   f"(stall tracker, longest in {window}{bounds}{under_way})" if longest >= limit
                   else f"{name}: longest decode stall in {window} {seconds(longest)} "
                        f"(stall tracker{bounds})")
-        holds: bool | None = longest >= limit
-        value: float | None = longest
-        blind_span = stall.max_recent_blind_seconds
-        # The tracker's normal working: the shortest stall it reports (MIN_STALL_SECONDS
-        # and about a poll) plus one poll's whole wait. On the rig the 10 s line lies
-        # above it; a time-compressed rig's line lies far below, where the loaded test
-        # box's own hiccups (2.2 s seen) would read as blindness.
-        working = (STALL_POLL_TIMEOUT_SECONDS + MIN_STALL_SECONDS
-                   + (reading.stall_resolution_seconds or 0.0))
-        if not holds and blind_span is not None and blind_span >= max(limit, working):
-            # Not "no stall": one that long fits between two of its readings
-            # (docs/stall-tracker.md#blind-spans).
-            holds = value = None
-            reason = (f"{name}: the stall tracker went {seconds(blind_span)} between two "
-                      f"readings in {window} (its process got no CPU, or the engine "
-                      "answered that late): a stall that long could have passed unseen")
         out.append(signal("decode_starvation", labels, "RigDecodeStarvation", stages,
-                          holds, value, limit, "s", reason, "stall"))
+                          longest >= limit, longest, limit, "s", reason, "stall"))
     blind = reading.stall_tracker
     if reading.stall is None and blind is not None and not blind.up:
         # Not "no stall": the tracker cannot tell

@@ -154,38 +154,6 @@ class TestDecode:
                     "decode_starvation", engine="main")
         assert check.status is HealthStatus.OK
 
-    @pytest.mark.parametrize(("stall", "blind", "status"), [
-        (0.0, 39.0, HealthStatus.UNKNOWN),  # blind for longer than the line: cannot say
-        (9.9, 10.0, HealthStatus.UNKNOWN),
-        (47.2, 39.0, HealthStatus.CRIT),  # a stall it saw is judged whatever it missed
-        (0.0, 9.9, HealthStatus.OK),  # no stall over the line fits between readings
-    ])
-    def test_a_tracker_blind_for_longer_than_the_line_cannot_say_ok(
-            self, stall, blind, status) -> None:
-        rig = Rig(engines=[engine(stall=stall, stall_blind=blind)])
-        check = one(Watch().at(0, rig), "decode_starvation", engine="main")
-        assert check.status is status
-        if status is HealthStatus.UNKNOWN:
-            assert check.value is None
-            assert f"went {blind:g} s between two readings" in check.reason
-
-    @pytest.mark.parametrize(("blind", "resolution", "status"), [
-        (2.9, None, HealthStatus.OK),
-        (3.0, None, HealthStatus.UNKNOWN),
-        (3.2, 0.25, HealthStatus.OK),
-        (3.25, 0.25, HealthStatus.UNKNOWN),
-    ])
-    def test_a_blind_span_within_the_trackers_normal_working_says_nothing(
-            self, blind, resolution, status) -> None:
-        # A time-compressed rig's line (0.5 s) lies below the tracker's normal working:
-        # the shortest stall it reports (1 s and, where it polls, one poll more) and one
-        # poll's whole 2 s wait.
-        reading = dataclasses.replace(engine(stall=0.0, stall_blind=blind),
-                                      stall_resolution_seconds=resolution)
-        watch = Watch(Thresholds(decode_stall_critical_seconds=0.5))
-        assert one(watch.at(0, Rig(engines=[reading])), "decode_starvation",
-                   engine="main").status is status
-
     def test_wedged_queue_needs_a_minute_of_history(self) -> None:
         rig = Rig(engines=[engine(queued_requests=3, running_requests=0)])
         watch = Watch()

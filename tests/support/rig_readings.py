@@ -67,17 +67,15 @@ def host(**changes: object) -> HostReading:
 
 
 def engine(name: str = "main", stall: float | None = 0.0, tiers: dict | None = None,
-           stall_upper: float | None = None, stall_blind: float | None = 0.25,
-           **values: float) -> EngineReading:
+           stall_upper: float | None = None, **values: float) -> EngineReading:
     """`stall`: the tracker's longest stall, known exactly unless `stall_upper` is its
-    upper bound (then `stall` is the lower); `stall_blind`: its longest blind span."""
+    upper bound (then `stall` is the lower)."""
     defaults = {"running_requests": 2.0, "queued_requests": 0.0, "kv_usage_ratio": 0.5,
                 "decode_batches_total": 100.0, "prompt_tokens_total": 0.0}
     metrics = EngineMetrics(values={**defaults, **values},
                             tiers={"cache_hit_tokens_total": tiers} if tiers else {})
     upper = stall if stall_upper is None else stall_upper
-    state = None if stall is None else StallState(stall, stall, stall, upper, upper,
-                                                  max_recent_blind_seconds=stall_blind)
+    state = None if stall is None else StallState(stall, stall, stall, upper, upper)
     return EngineReading("sglang", name, metrics, None, state)
 
 
