@@ -149,7 +149,7 @@ class HostSource:
         for kind in _PSI_KINDS:
             subject = f"{path} {kind}"
             raw = lines.get(kind.encode())
-            seconds = _psi_total(raw) if raw is not None else None
+            seconds = psi_total(raw) if raw is not None else None
             if seconds is None:
                 shown = "no such line" if raw is None else f"not understood: {raw[:80]!r}"
                 self._conditions.failed(subject, f"{shown}; rig_host_memory_pressure_stall_"
@@ -193,7 +193,7 @@ def _refuse_unbounded(path: Path) -> None:
                           "not a kernel file: not read")
 
 
-def _psi_total(line: bytes) -> float | None:
+def psi_total(line: bytes) -> float | None:
     """The `total=` microseconds of one PSI line, in seconds; None if it has none."""
     for item in line.split()[1:]:
         key, _, value = item.partition(b"=")

@@ -35,6 +35,7 @@ from exporter.config import AgentConfig, Config, EngineConfig, GpuConfig, HostCo
 from exporter.engines.source import EngineSource
 from exporter.process.launch import Process, free_port, wait_ready
 from exporter.runtime import Exporter
+from exporter.sources.host import psi_total
 from exporter.streams import StreamMeter
 
 CACHE = Path(os.environ.get("RIG_TELEMETRY_CACHE", Path.home() / ".cache" / "rig-telemetry"))
@@ -277,7 +278,7 @@ class Timeline:
         return [(at, late) for at, late in self.loop_still if at < end and at + late > begin]
 
     @contextlib.asynccontextmanager
-    async def watching(self, tick: float = 0.05) -> AsyncIterator[None]:
+    async def watching(self, tick: float = 0.25) -> AsyncIterator[None]:
         """Watch the event loop (a task) and the process (a thread) tick while the
         scenario runs."""
         stop = threading.Event()
@@ -327,8 +328,9 @@ class Timeline:
             if still:
                 lines.append(f"the test's own {name} stood still: " + ", ".join(
                     f"{late:.2f} s from {at:.2f}" for at, late in still))
-        stalled = {kind: after - before for (kind, before), after in zip(
-            self._pressure.items(), _pressure_stalled_seconds().values(), strict=False)}
+        now = _pressure_stalled_seconds()
+        stalled = {kind: now[kind] - before for kind, before in self._pressure.items()
+                   if kind in now}
         lines.append("the box's pressure stall (some tasks waiting) since the start: " + (
             ", ".join(f"{kind} {seconds:.1f} s" for kind, seconds in stalled.items())
             or "not reported by this kernel"))
@@ -343,9 +345,10 @@ def _pressure_stalled_seconds() -> dict[str, float]:
     how long some task waited for a core, for memory or for I/O."""
     totals: dict[str, float] = {}
     for kind in ("cpu", "memory", "io"):
-        with contextlib.suppress(OSError, ValueError, IndexError):
-            some = Path("/proc/pressure", kind).read_text().splitlines()[0]
-            totals[kind] = int(some.rpartition("total=")[2]) / 1e6
+        with contextlib.suppress(OSError, IndexError):
+            some = Path("/proc/pressure", kind).read_bytes().splitlines()[0]
+            if (seconds := psi_total(some)) is not None:
+                totals[kind] = seconds
     return totals
 
 
