@@ -31,8 +31,6 @@ MIB = 1024 * 1024
 #: decode_stutter_seconds (2 s) and decode_stall_critical_seconds (10 s). A floor of
 #: what is measured, not a condition of a rule, so not a key of the table.
 MIN_STALL_SECONDS = 1.0
-#: How long the stall tracker waits for one poll's answer: a slower poll got none.
-STALL_POLL_TIMEOUT_SECONDS = 2.0
 
 
 @dataclass(frozen=True)

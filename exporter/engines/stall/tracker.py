@@ -29,7 +29,7 @@ from exporter.engines.stall.planner import SignalChooser
 from exporter.engines.stall.readers import CounterReader, Shown, TrackerBlind
 from exporter.process.log_limits import Conditions
 from exporter.snapshot import SourceError
-from exporter.thresholds import MIN_STALL_SECONDS, STALL_POLL_TIMEOUT_SECONDS, Thresholds
+from exporter.thresholds import MIN_STALL_SECONDS, Thresholds
 
 log = logging.getLogger(__name__)
 
@@ -180,7 +180,7 @@ class StallPoller(Generic[Shown]):
 
     def __init__(self, reader: CounterReader[Shown], planner: SignalChooser[Shown],
                  clock: Callable[[], float] = time.monotonic,
-                 timeout_seconds: float = STALL_POLL_TIMEOUT_SECONDS,
+                 timeout_seconds: float = 2.0,
                  sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
                  window_seconds: float = Thresholds.decode_stall_window_seconds) -> None:
         self.reader = reader
