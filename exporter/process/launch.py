@@ -11,6 +11,7 @@ happens to be the working directory.
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import os
 import random
@@ -37,6 +38,9 @@ _EPHEMERAL_RANGE = Path("/proc/sys/net/ipv4/ip_local_port_range")
 #: Below it, ports from here up are chosen at random; lower ones hold well-known
 #: services (Prometheus' 9090, Grafana's 3000).
 _CHOSEN_FROM = 10_000
+#: Ports this process chose lately and may not have bound yet (a stack chooses
+#: Prometheus' and Alertmanager's before starting either): not chosen again.
+_CHOSEN_LATELY: collections.deque[int] = collections.deque(maxlen=64)
 
 
 def free_port() -> int:
@@ -51,12 +55,15 @@ def free_port() -> int:
     if first_ephemeral - _CHOSEN_FROM >= 1_000:
         for _ in range(64):
             port = random.randrange(_CHOSEN_FROM, first_ephemeral)
+            if port in _CHOSEN_LATELY:
+                continue
             with socket.socket() as s:
                 try:
                     s.bind(("127.0.0.1", port))
                 except OSError:
                     continue
-                return port
+            _CHOSEN_LATELY.append(port)
+            return port
     # No room below the range, or nothing free there: the kernel chooses.
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
