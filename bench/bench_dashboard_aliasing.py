@@ -20,7 +20,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from dashboards.generate import json_path, sources  # noqa: E402
-from devtools.grafana_query import interval  # noqa: E402
+from rigdev.grafana_query import interval  # noqa: E402
 from tests.dashboards.stall_day import (  # noqa: E402
     CRITICAL,
     RANGES,

@@ -137,7 +137,7 @@ async def _stats(url: str) -> dict:
 async def _run_mode(url: str, metrics_dir: str, seconds: float, scrape: bool,
                     scrape_seconds: float) -> dict:
     from exporter.config import EngineConfig
-    from exporter.engines.source import EngineSource
+    from exporter.daemon.engines.source import EngineSource
 
     source = EngineSource(EngineConfig(name="main", url=url, metrics_dir=metrics_dir))
     before = await _stats(url)

@@ -3,7 +3,7 @@
 1. A real exporter process on the two fixture cards, this machine's /proc and a
    simulated SGLang server (its own process): the median and p99 latency of
    sequential /metrics and /api/health requests over loopback. Both read one
-   snapshot (the same path, tested in tests/health/test_api.py), so the
+   snapshot (the same path, tested in tests/daemon/health/test_api.py), so the
    difference is the judging and the JSON.
 2. In process: the CPU time of one HealthMonitor.observe (history and every
    check) on a snapshot of one engine, two cards and the host, with a full

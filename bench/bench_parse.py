@@ -17,9 +17,9 @@ from prometheus_client.parser import text_string_to_metric_families
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from exporter.engines.exposition import parse  # noqa: E402
-from exporter.engines.mapping import SGLANG  # noqa: E402
-from exporter.engines.normalise import wanted_names  # noqa: E402
+from exporter.daemon.engines.exposition import parse  # noqa: E402
+from exporter.daemon.engines.mapping import SGLANG  # noqa: E402
+from exporter.daemon.engines.normalise import wanted_names  # noqa: E402
 
 FIXTURES = ROOT / "tests" / "fixtures" / "engine"
 

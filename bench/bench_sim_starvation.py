@@ -1,7 +1,7 @@
 """The owner's starvation experiment against a real simulated-server process, over HTTP.
 
 Starts `python -m exporter.sim.engine.server` at a time scale and runs the experiment
-`rigctl bench starvation` runs (`exporter.experiments.starvation`): A streams
+`rigctl bench starvation` runs (`exporter.rigctl.experiments.starvation`): A streams
 (/generate, a 2,000-token context, decoding), B sends a fresh 64K prompt 5 simulated
 seconds after A's first token. It prints, per policy: A's longest gap and B's TTFT
 as the client measured them (real seconds times the scale; the model's own figures
@@ -23,7 +23,7 @@ import urllib.request
 
 from loopback import start_sim_engine
 
-from exporter.experiments.starvation import StarvationSettings, run_starvation
+from exporter.rigctl.experiments.starvation import StarvationSettings, run_starvation
 
 A_CONTEXT_TOKENS = 2000
 B_PROMPT_TOKENS = 65536

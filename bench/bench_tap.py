@@ -221,9 +221,9 @@ async def run(url: str, streams: int, frames: int, rate: float, shape: str,
 
 
 def timing_cost(shape: str, frames: int = 20_000) -> float:
-    """CPU seconds per frame of the tap's timing alone (exporter.tap.state, in this
+    """CPU seconds per frame of the tap's timing alone (exporter.daemon.tap.state, in this
     process, no network): the part of the tap's cost that is not moving bytes."""
-    from exporter.tap.state import TapState
+    from exporter.daemon.tap.state import TapState
 
     state = TapState()
     stream = state.open(time.monotonic())
@@ -241,8 +241,8 @@ def agents_timing_cost(shape: str, streams: int = 16, frames: int = 20_000) -> f
     from multidict import CIMultiDict
 
     from exporter.config import AgentConfig
-    from exporter.tap.asks import StreamAsk
-    from exporter.tap.state import TapState
+    from exporter.daemon.tap.asks import StreamAsk
+    from exporter.daemon.tap.state import TapState
 
     clock = [time.monotonic()]
     agents = tuple(AgentConfig(f"agent{i}", header_name="X-Agent", header_value=f"agent{i}")

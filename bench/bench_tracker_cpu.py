@@ -24,7 +24,7 @@ sys.path.insert(0, str(ROOT))
 from loopback import start_sim_engine  # noqa: E402
 
 from exporter.config import Config, EngineConfig, GpuConfig, HostConfig  # noqa: E402
-from exporter.runtime import Exporter  # noqa: E402
+from exporter.daemon.runtime import Exporter  # noqa: E402
 
 SCRAPE_INTERVAL_SECONDS = 15.0
 

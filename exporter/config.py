@@ -84,12 +84,12 @@ class WebConfig:
     # Below deploy/prometheus.yml's 5 s scrape timeout, with room to render, so a
     # slow source costs its own readings and not the whole scrape.
     scrape_deadline_seconds: float = 4.0
-    # TLS and basic auth, in the exporter-toolkit's format (exporter/web/security.py).
+    # TLS and basic auth, in the exporter-toolkit's format (exporter/daemon/web/security.py).
     config_file: str | None = None
     # One line per request is noise at a 15 s scrape; on when debugging.
     access_log: bool = False
     # Connections served at once, as Prometheus' own --web.max-connections (512); the
-    # open-file limit may lower it (exporter/web/listener.py).
+    # open-file limit may lower it (exporter/daemon/web/listener.py).
     max_connections: int = 512
 
     @property

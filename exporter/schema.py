@@ -16,7 +16,7 @@ TARGET_LABELS = ("job", "instance")
 RIG_LABEL = "rig"
 
 #: The labels of every per-engine family (engine, probe, stream tap): `engine` is the
-#: instance's name from the config, `kind` the software (sglang, vllm).
+#: instance's name from the config, `kind` the software (sglang, vllm, llamacpp).
 ENGINE_LABEL = "engine"
 KIND_LABEL = "kind"
 ENGINE_LABELS = (ENGINE_LABEL, KIND_LABEL)

@@ -9,8 +9,8 @@ import aiohttp
 from aiohttp.test_utils import TestServer
 from prometheus_client.parser import text_string_to_metric_families
 
-from exporter.runtime import Exporter
-from exporter.web.app import make_app
+from exporter.daemon.runtime import Exporter
+from exporter.daemon.web.app import make_app
 
 Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
 

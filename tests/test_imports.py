@@ -1,11 +1,19 @@
 """No import circle in the tree, tests included, by module or by package
-(devtools/imports.py; docs/design.md#where-things-live)."""
+(rigdev/imports.py; docs/design.md#where-things-live)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from devtools.imports import circles, closure, module_graph, modules, package_graph
+from rigdev.imports import (
+    circles,
+    closure,
+    floor_graph,
+    floors_out_of_place,
+    module_graph,
+    modules,
+    package_graph,
+)
 
 
 def test_the_module_graph_has_no_circle() -> None:
@@ -15,6 +23,27 @@ def test_the_module_graph_has_no_circle() -> None:
 def test_the_package_graph_has_no_circle() -> None:
     found = modules()
     assert circles(package_graph(module_graph(found), found)) == []
+
+
+def test_each_program_stands_only_on_the_floors_below_it() -> None:
+    """The daemon stands on the spine alone, the simulator on the daemon, rigctl on
+    both: none of the three imports a program above it (docs/design.md)."""
+    graph = module_graph(modules())
+    assert floors_out_of_place(graph) == []
+    assert floor_graph(graph)["daemon"] == {"spine"}
+    assert floor_graph(graph)["spine"] == set()
+
+
+def test_a_floor_out_of_place_is_found(tmp_path: Path) -> None:
+    for package in ("exporter", "exporter/daemon", "exporter/rigctl"):
+        (tmp_path / package).mkdir(parents=True, exist_ok=True)
+        (tmp_path / package / "__init__.py").write_text("")
+    (tmp_path / "exporter" / "daemon" / "serve.py").write_text(
+        "from exporter.rigctl import main\n")
+    (tmp_path / "exporter" / "config.py").write_text("import exporter.daemon.serve\n")
+    graph = module_graph(modules(tmp_path))
+    assert floors_out_of_place(graph) == [
+        "exporter.config -> exporter.daemon.serve", "exporter.daemon.serve -> exporter.rigctl"]
 
 
 def test_a_circle_is_found(tmp_path: Path) -> None:
@@ -47,7 +76,7 @@ def test_a_room_may_use_the_spine_it_stands_in(tmp_path: Path) -> None:
 
 def test_the_map_names_every_module() -> None:
     """docs/design.md's "Where things live" names every module of the installed
-    packages and of devtools/, by its file name or its name in backticks (the
+    packages and of rigdev/, by its file name or its name in backticks (the
     dashboards by their `<name>.dashboard.py` row)."""
     design = (Path(__file__).parents[1] / "docs" / "design.md").read_text()
     section = design.split("## Where things live", 1)[1].split("\n## ", 1)[0]

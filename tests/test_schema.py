@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 from exporter.config import EngineConfig
-from exporter.engines.probe import ProbeSource
-from exporter.engines.source import EngineSource
+from exporter.daemon.engines.probe import ProbeSource
+from exporter.daemon.engines.source import EngineSource
+from exporter.daemon.sources.amdgpu_sysfs import _TEMP_SENSORS
+from exporter.daemon.sources.gpu_metrics import THROTTLE_REASONS
 from exporter.schema import (
     ENGINE_SOURCE_UP,
     ENGINE_SOURCES,
@@ -16,8 +18,6 @@ from exporter.schema import (
     engine_source,
     probe_source,
 )
-from exporter.sources.amdgpu_sysfs import _TEMP_SENSORS
-from exporter.sources.gpu_metrics import THROTTLE_REASONS
 
 
 def test_thermal_reasons_are_reasons_the_exporter_exports() -> None:

@@ -242,7 +242,7 @@ def run(args: argparse.Namespace) -> int:
         return EXIT_BAD_CONFIG
     log_limits.install(config.log_level, config.log_repeat_interval_seconds)
     from exporter.daemon.lifecycle import serve  # aiohttp is only needed once the config is good
-    from exporter.web.security import load_web_security
+    from exporter.daemon.web.security import load_web_security
 
     try:
         security = load_web_security(config.web.config_file)

@@ -1,7 +1,7 @@
 """The exporter as a process: serve until SIGINT or SIGTERM, re-read the config on
 SIGHUP, and never let a stop wait out a hung scrape.
 
-The web layer (`exporter.web`) only answers requests; this module owns what lives
+The web layer (`exporter.daemon.web`) only answers requests; this module owns what lives
 as long as the process: the soft open-files limit, the listener, the signals and the
 reload.
 """
@@ -17,15 +17,15 @@ from dataclasses import replace
 from aiohttp import web
 
 from exporter.config import Config, ConfigError
+from exporter.daemon.runtime import Exporter
+from exporter.daemon.sources.blocking import stuck_reads
+from exporter.daemon.web.app import listening_url, make_app
+from exporter.daemon.web.auth import BasicAuth
+from exporter.daemon.web.listener import IDLE_SECONDS, Listener
+from exporter.daemon.web.security import WebSecurity
 from exporter.process import event_loop
 from exporter.process.open_files import connection_budget, raise_soft_limit
 from exporter.process.stopping import STOP_GRACE_SECONDS, StopWatch, log_abandoned
-from exporter.runtime import Exporter
-from exporter.sources.blocking import stuck_reads
-from exporter.web.app import listening_url, make_app
-from exporter.web.auth import BasicAuth
-from exporter.web.listener import IDLE_SECONDS, Listener
-from exporter.web.security import WebSecurity
 
 log = logging.getLogger(__name__)
 access_logger = logging.getLogger("exporter.access")

@@ -3,7 +3,7 @@ whatever a read is doing (docs/deploy.md#stopping).
 
 The orderly stop gives HTTP handlers and the tap's streams STOP_GRACE_SECONDS, closes
 the sources, and leaves blocked sysfs reads behind (their threads are daemons,
-exporter/sources/blocking.py). Anything else that could still hold the exit (a thread
+exporter/daemon/sources/blocking.py). Anything else that could still hold the exit (a thread
 of asyncio's default executor, which Python 3.11 joins without a timeout at the loop's
 close and again at exit) meets the deadline: a watchdog thread, armed at the first
 signal, logs what is still running and ends the process. So does a second signal.

@@ -41,7 +41,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     aiohttp and the simulator unloaded and starts in a quarter of the CPU time."""
     # Imported here, not above: importing the package (aiohttp and the simulator
     # with it) takes a second or more, and a Ctrl-C meanwhile must meet the guard.
-    from exporter.rigctl.common import EXIT_CODES, Parser, help_formatter
+    from exporter.rigctl.commands.common import EXIT_CODES, Parser, help_formatter
 
     intro, commands_text = __doc__.split("\n\n")[0], __doc__.split("\n\n")[1:3]
     parser = Parser(prog="rigctl", description=intro,
@@ -51,7 +51,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND",
                                      parser_class=Parser)
     for name in (command,) if command in COMMANDS else COMMANDS:
-        module = importlib.import_module(f"exporter.rigctl.{name}")
+        module = importlib.import_module(f"exporter.rigctl.commands.{name}")
         module.add_parser(commands).set_defaults(run=module.run)
     return parser
 

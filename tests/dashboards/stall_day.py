@@ -22,9 +22,9 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from devtools.grafana_query import Request, request
 from exporter.process.launch import Process, free_port, wait_ready
 from exporter.thresholds import Thresholds
+from rigdev.grafana_query import Request, request
 
 # The coarser case: deploy/prometheus.yml scraped every 15 s before the rig's job went
 # to 5 s; Grafana's step is never under it (the data source's timeInterval).
@@ -42,7 +42,7 @@ PHASE_SECONDS = 900 / RENDERS
 STALL_FAMILIES = ("rig_engine_decode_stall_seconds", "rig_engine_decode_stall_max_seconds")
 CRITICAL = Thresholds().decode_stall_critical_seconds
 WINDOW = Thresholds().decode_stall_window_seconds
-# The tap's longest gap covers its last minute (exporter/tap/tally.py).
+# The tap's longest gap covers its last minute (exporter/daemon/tap/tally.py).
 TAP_GAP_WINDOW_SECONDS = 60.0
 # The agents' events, each a minute past its line: analyst's answer runs 11 min at
 # 70 tok/s (docs/facts/rig.md#workload: 62-88 tok/s alone), creative waits 3 min for

@@ -3,7 +3,7 @@ shows as starvation on every decode and overview panel that draws the stall trac
 at 1 h, 6 h and 24 h, wherever the stall falls in Grafana's step grid.
 
 A real Prometheus serves a day of the tracker's gauges (tests/dashboards/stall_day.py);
-each panel's queries are sent as Grafana sends them (devtools/grafana_query.py: the
+each panel's queries are sent as Grafana sends them (rigdev/grafana_query.py: the
 step from the range and the panel's maxDataPoints, start and end rounded to it), for
 renders whose end moves through one step, and the panel must reach the 10 s starvation
 line in every one of them. With grafanalib's maxDataPoints of 100 and plain gauges,

@@ -1,10 +1,10 @@
-"""devtools/grafana_query.py sends a query as Grafana's Prometheus data source does."""
+"""rigdev/grafana_query.py sends a query as Grafana's Prometheus data source does."""
 
 from __future__ import annotations
 
 import pytest
 
-from devtools.grafana_query import color_of, interval, request, round_interval
+from rigdev.grafana_query import color_of, interval, request, round_interval
 
 
 @pytest.mark.parametrize(("raw", "rounded"), [

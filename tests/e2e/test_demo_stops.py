@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 
-from exporter.rigctl.demo import TOUR
+from exporter.rigctl.commands.demo import TOUR
 from tests.demo_process import RIGCTL
 
 pytestmark = pytest.mark.long_running(70)

@@ -14,8 +14,8 @@ from typing import Any
 
 from alerts.timescale import scaled_expr, scaled_thresholds
 from dashboards.generate import build, sources
-from devtools.grafana_query import color_of, request, steps_of
 from exporter.thresholds import Thresholds
+from rigdev.grafana_query import color_of, request, steps_of
 from tests.dashboards.queries import alerts_shown, panels
 
 # Every tile is green while its condition does not hold (dashboards/panels.py steps).

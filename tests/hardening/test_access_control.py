@@ -17,8 +17,8 @@ import pytest
 import trustme
 
 from exporter.config import ConfigError
+from exporter.daemon.web.security import load_web_security
 from exporter.process.launch import start_exporter
-from exporter.web.security import load_web_security
 from tests.support.sysfs_tree import SYSFS_FIXTURE
 
 USER, PASSWORD = "prometheus", "correct horse battery staple"

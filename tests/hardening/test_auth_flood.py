@@ -13,9 +13,9 @@ from pathlib import Path
 import bcrypt
 import pytest
 
+from exporter.daemon.web import auth as web_auth
+from exporter.daemon.web.auth import MAX_WAITING_CHECKS, BasicAuth
 from exporter.process.launch import start_exporter
-from exporter.web import auth as web_auth
-from exporter.web.auth import MAX_WAITING_CHECKS, BasicAuth
 from tests.hardening.hostile import Scraper, basic_auth, p99, password_flood
 from tests.support.sysfs_tree import SYSFS_FIXTURE
 

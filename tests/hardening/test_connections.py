@@ -19,8 +19,8 @@ import pytest
 import trustme
 from aiohttp import web
 
+from exporter.daemon.web.listener import HEAD_DEADLINE_SECONDS, Listener
 from exporter.process.launch import free_port, start_exporter
-from exporter.web.listener import HEAD_DEADLINE_SECONDS, Listener
 from tests.hardening.hostile import SOURCE_UP, Scraper, open_idle, wait_closed
 from tests.support.event_loop import exporter_python
 from tests.support.sysfs_tree import SYSFS_FIXTURE

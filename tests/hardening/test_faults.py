@@ -10,11 +10,11 @@ import aiohttp
 from aiohttp import web
 
 from exporter.config import load_config
-from exporter.runtime import Exporter
+from exporter.daemon.runtime import Exporter
 from exporter.sim.engine.state import SimEngine
 from exporter.sim.rig.procfs_writer import HostSpec, write_proc
 from exporter.sim.rig.sysfs_writer import RIG_CARDS, remove_card, write_card
-from tests.engines.helpers import running_sim
+from tests.daemon.engines.helpers import running_sim
 from tests.scrape import parse_samples, serving, value
 
 CARD1 = next(spec for spec in RIG_CARDS if spec.card == "card1")

@@ -18,9 +18,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from exporter.config import ConfigError, load_config, read_config_file
-from exporter.engines.info import sglang_info
-from exporter.sources import gpu_metrics
-from exporter.sources.amdgpu_sysfs import AmdgpuSysfs
+from exporter.daemon.engines.info import sglang_info
+from exporter.daemon.sources import gpu_metrics
+from exporter.daemon.sources.amdgpu_sysfs import AmdgpuSysfs
 from exporter.thresholds import Thresholds
 from tests.support.sysfs_tree import SYSFS_FIXTURE, card_device, hwmon_dir
 

@@ -14,9 +14,9 @@ import aiohttp
 from aiohttp import web
 
 from exporter.config import load_config
-from exporter.runtime import Exporter
-from exporter.web.app import make_app
-from tests.engines.helpers import running_sim
+from exporter.daemon.runtime import Exporter
+from exporter.daemon.web.app import make_app
+from tests.daemon.engines.helpers import running_sim
 from tests.scrape import serving
 
 

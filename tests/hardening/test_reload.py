@@ -15,11 +15,11 @@ from pathlib import Path
 import pytest
 
 from exporter.config import Config, load_config
+from exporter.daemon.runtime import Exporter
 from exporter.process.launch import ExporterProcess, free_port, start_exporter
-from exporter.runtime import Exporter
 from exporter.sim.engine.state import SimEngine, StreamScript
 from exporter.sim.rig.procfs_writer import HostSpec, write_proc
-from tests.engines.helpers import running_sim
+from tests.daemon.engines.helpers import running_sim
 from tests.scrape import parse_samples, value
 from tests.support.process import SimThread, listening_inode, wait_for_log
 

@@ -9,11 +9,11 @@ import aiohttp
 import pytest
 
 from exporter.config import load_config
-from exporter.runtime import Exporter
-from exporter.sources import gpu
-from exporter.sources.amdgpu_sysfs import AmdgpuSysfs
-from exporter.sources.gpu import GpuSource
-from exporter.sources.host import HostReading
+from exporter.daemon.runtime import Exporter
+from exporter.daemon.sources import gpu
+from exporter.daemon.sources.amdgpu_sysfs import AmdgpuSysfs
+from exporter.daemon.sources.gpu import GpuSource
+from exporter.daemon.sources.host import HostReading
 from tests.scrape import parse_samples, serving, value
 from tests.support.sysfs_tree import SYSFS_FIXTURE
 

@@ -25,8 +25,8 @@ from pathlib import Path
 
 import pytest
 
-from devtools.imports import closure, module_graph, modules
 from exporter.sim.scenarios import SCENARIOS
+from rigdev.imports import closure, module_graph, modules
 from tests.demo_process import demo_running, read_until
 from tests.support.priority import NICED
 
@@ -116,7 +116,7 @@ def _run_by_users(found: dict[str, Path]) -> list[str]:
 
 def test_the_wheel_holds_only_what_users_run(installed: Installed) -> None:
     """Every module in the wheel is imported by something a user runs: a module that
-    only tests, benches or docs use belongs in tests/, bench/ or devtools/."""
+    only tests, benches or docs use belongs in tests/, bench/ or rigdev/."""
     with zipfile.ZipFile(installed.wheel) as wheel:
         shipped = {name.removesuffix(".py").removesuffix("/__init__").replace("/", ".")
                    for name in wheel.namelist() if name.endswith(".py")}

@@ -20,8 +20,8 @@ from pathlib import Path
 
 import pytest
 
-from exporter.engines.probe import ProbeResult
-from exporter.rigctl.probe import probe_once
+from exporter.daemon.engines.probe import ProbeResult
+from exporter.rigctl.commands.probe import probe_once
 from tests.support.real_engines import CONTEXT_TOKENS, RealEngine, llama_server, vllm_server
 
 pytestmark = pytest.mark.real_engine

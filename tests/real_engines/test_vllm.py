@@ -20,7 +20,7 @@ import openai
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from exporter.engines.stall.readers import BODY_REUSE_SECONDS
+from exporter.daemon.engines.stall.readers import BODY_REUSE_SECONDS
 from exporter.process.launch import ExporterProcess, free_port, start_exporter
 from tests.support.real_engines import CONTEXT_TOKENS, MODEL, RealEngine
 from tests.support.rig_config import write_rig_config

@@ -7,7 +7,7 @@ step and A gets no token meanwhile (about 6 s with vLLM on one core of this 2-co
 box; a 16,384-token step of 2.1-2.6 s was too short for the tracker's poll spacing
 while decode moves, docs/stall-tracker.md#vllm). vLLM's /metrics moves only when a
 step ends: through that step it keeps saying one request runs and no token came, which
-is the stall the tracker reads (exporter/engines/stall/vllm.py).
+is the stall the tracker reads (exporter/daemon/engines/stall/vllm.py).
 """
 
 from __future__ import annotations

@@ -9,12 +9,12 @@ import json
 import aiohttp
 import pytest
 
-from exporter.runtime import Exporter
+from exporter.daemon.runtime import Exporter
 from exporter.sim.agents import ROSTER, text_of
 from exporter.sim.engine.scheduler import Policy, Scheduler, Timings
 from exporter.sim.engine.state import SimEngine
 from exporter.sim.rig.simrig import SimRig
-from tests.engines.helpers import running_sim
+from tests.daemon.engines.helpers import running_sim
 from tests.scrape import get, serving
 
 SCALE = 50.0

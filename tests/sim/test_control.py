@@ -14,7 +14,7 @@ from aiohttp.test_utils import make_mocked_request
 
 from exporter.sim.engine.control import loopback_only
 from exporter.sim.engine.state import Fault, SimEngine
-from tests.engines.helpers import running_sim
+from tests.daemon.engines.helpers import running_sim
 
 
 def call(state: SimEngine, *steps: tuple[str, str, object]) -> list[tuple[int, dict]]:

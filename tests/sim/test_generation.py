@@ -17,7 +17,7 @@ import pytest
 
 from exporter.sim.engine.scheduler import Policy
 from exporter.sim.engine.state import SimEngine
-from tests.engines.helpers import running_sim
+from tests.daemon.engines.helpers import running_sim
 
 SCALE = 50.0
 

@@ -13,10 +13,10 @@ import aiohttp
 from prometheus_client.parser import text_string_to_metric_families
 
 from exporter.config import Config, GpuConfig, HostConfig
-from exporter.runtime import Exporter
+from exporter.daemon.runtime import Exporter
 from exporter.sim.engine.llamacpp import LlamacppSimServer
 from exporter.streams import StreamMeter
-from tests.engines.helpers import engine_config
+from tests.daemon.engines.helpers import engine_config
 
 FIXTURES = Path(__file__).parent.parent / "fixtures" / "llamacpp"
 

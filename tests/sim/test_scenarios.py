@@ -23,10 +23,10 @@ import pytest
 
 from alerts.generate import build
 from alerts.timescale import COMPARED_AGES, scaled_thresholds
-from exporter.engines.stall.readers import BODY_REUSE_SECONDS
+from exporter.daemon.engines.stall.readers import BODY_REUSE_SECONDS
+from exporter.daemon.runtime import Exporter
 from exporter.process import event_loop
-from exporter.rigctl.demo import LLAMACPP_TOUR
-from exporter.runtime import Exporter
+from exporter.rigctl.commands.demo import LLAMACPP_TOUR
 from exporter.sim.rig.simrig import SimRig
 from exporter.sim.scenarios import SCENARIOS, Expect, Scenario
 from exporter.sim.scenarios.player import play

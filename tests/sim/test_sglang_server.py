@@ -14,7 +14,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from exporter.sim.engine.server import SimServer, load_template, render_metrics
 from exporter.sim.engine.state import SimEngine
-from tests.engines.helpers import SGLANG_MULTIPROC
+from tests.daemon.engines.helpers import SGLANG_MULTIPROC
 
 
 def families(text: str) -> dict:

@@ -9,14 +9,14 @@ import asyncio
 import aiohttp
 import pytest
 
-from exporter.engines.fetch import get_text
-from exporter.engines.stall.evidence import Evidence
-from exporter.engines.stall.planner import Planner
-from exporter.engines.stall.readers import MetricsBody, MetricsReader
-from exporter.engines.stall.tracker import StallPoller
+from exporter.daemon.engines.fetch import get_text
+from exporter.daemon.engines.stall.evidence import Evidence
+from exporter.daemon.engines.stall.planner import Planner
+from exporter.daemon.engines.stall.readers import MetricsBody, MetricsReader
+from exporter.daemon.engines.stall.tracker import StallPoller
 from exporter.sim.engine.scheduler import Policy
 from exporter.sim.engine.state import SimEngine
-from tests.engines.helpers import running_sim
+from tests.daemon.engines.helpers import running_sim
 
 TICK = 0.5
 

@@ -32,10 +32,10 @@ import aiohttp
 from prometheus_client.parser import text_string_to_metric_families
 
 from exporter.config import AgentConfig, Config, EngineConfig, GpuConfig, HostConfig
-from exporter.engines.source import EngineSource
+from exporter.daemon.engines.source import EngineSource
+from exporter.daemon.runtime import Exporter
+from exporter.daemon.sources.host import psi_total
 from exporter.process.launch import Process, free_port, wait_ready
-from exporter.runtime import Exporter
-from exporter.sources.host import psi_total
 from exporter.streams import StreamMeter
 
 CACHE = Path(os.environ.get("RIG_TELEMETRY_CACHE", Path.home() / ".cache" / "rig-telemetry"))

@@ -11,19 +11,19 @@ from pathlib import Path
 import jsonschema
 
 from exporter.config import EngineConfig
-from exporter.engines.normalise import EngineMetrics
-from exporter.engines.probe import ProbeReading, ProbeResult
-from exporter.engines.source import EngineReading
-from exporter.engines.stall.tracker import StallState
-from exporter.health.monitor import HealthMonitor
-from exporter.health.report import Check, Report
-from exporter.snapshot import Snapshot, SourceResult
-from exporter.sources.amdgpu_sysfs import CardReading, PcieLink
-from exporter.sources.gpu import GpuReading
-from exporter.sources.host import HostReading
+from exporter.daemon.engines.normalise import EngineMetrics
+from exporter.daemon.engines.probe import ProbeReading, ProbeResult
+from exporter.daemon.engines.source import EngineReading
+from exporter.daemon.engines.stall.tracker import StallState
+from exporter.daemon.health.monitor import HealthMonitor
+from exporter.daemon.health.report import Check, Report
+from exporter.daemon.snapshot import Snapshot, SourceResult
+from exporter.daemon.sources.amdgpu_sysfs import CardReading, PcieLink
+from exporter.daemon.sources.gpu import GpuReading
+from exporter.daemon.sources.host import HostReading
 from exporter.thresholds import Thresholds
 
-SCHEMA = json.loads((Path(__file__).resolve().parents[2] / "exporter" / "health"
+SCHEMA = json.loads((Path(__file__).resolve().parents[2] / "exporter" / "daemon" / "health"
                      / "health.schema.json").read_text())
 GIB = 1024**3
 

@@ -1,7 +1,7 @@
 """Play an SGLang release's decode-related metrics through prometheus_client's multiprocess
 files, and serve /metrics the way SGLang does.
 
-What it reproduces, per release (read in the wheels; exporter/engines/stall/plans.py):
+What it reproduces, per release (read in the wheels; exporter/daemon/engines/stall/plans.py):
 - four writer processes (tokenizer/HTTP, scheduler TP0 and TP1, detokenizer) writing
   to one PROMETHEUS_MULTIPROC_DIR, as real prometheus_client mmap files. The
   processes are simulated in one process by giving each its own file identity
@@ -53,7 +53,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 from prometheus_client import values as prometheus_values
 from prometheus_client.multiprocess import MultiProcessCollector
 
-from exporter.engines.stall.evidence import read_version
+from exporter.daemon.engines.stall.evidence import read_version
 
 MODEL = "Qwen3.8-27B-W4A16"
 ITL_BUCKETS = (0.002, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 1.0, 2.0, 5.0,

@@ -16,7 +16,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from exporter.sources.host import PAGE_BYTES
+from exporter.daemon.sources.host import PAGE_BYTES
 
 KIB = 1024
 MIB = 1024**2

@@ -1,0 +1,244 @@
+"""What rigctl accepts from a server: JSON (or an exporter's /metrics text) fetched
+within one deadline, and the shapes it reads checked before anything prints them.
+
+An exporter that is half-broken, a proxy in front of it, or a stranger on its
+port can answer anything: a body dribbled a byte at a time, bytes that are not
+HTTP, `null`, NaN, a list nested a million deep. Each becomes `BadAnswer`, one
+line naming the URL and what was wrong, which the commands turn into exit 3
+(unknown), never a traceback.
+"""
+
+from __future__ import annotations
+
+import base64
+import http.client
+import json
+import math
+import queue
+import ssl
+import threading
+import urllib.error
+import urllib.request
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+#: The most of an answer rigctl reads; a health report of a large rig is ~20 KiB.
+MAX_ANSWER_BYTES = 4 * 1024 * 1024
+#: Health report statuses (exporter/daemon/health/health.schema.json).
+STATUSES = frozenset({"ok", "warn", "crit", "unknown"})
+
+
+@dataclass(frozen=True)
+class Access:
+    """How to reach an exporter behind `--web.config.file`: basic auth and a CA to trust."""
+
+    user: str | None = None
+    password: str = ""
+    ca_file: str | None = None
+
+    def request(self, url: str) -> urllib.request.Request:
+        request = urllib.request.Request(url)
+        if self.user is not None:
+            token = base64.b64encode(f"{self.user}:{self.password}".encode()).decode()
+            request.add_header("Authorization", f"Basic {token}")
+        return request
+
+    def tls(self) -> ssl.SSLContext | None:
+        return None if self.ca_file is None else ssl.create_default_context(cafile=self.ca_file)
+
+
+NO_ACCESS = Access()
+
+
+class Unreachable(Exception):
+    """A server did not answer usefully; str() names the URL and the reason."""
+
+
+class BadAnswer(Unreachable):
+    """A server answered, with something rigctl cannot read."""
+
+
+def get_json(url: str, timeout: float, access: Access = NO_ACCESS) -> Any:
+    """The JSON body at `url`, read whole within `timeout` seconds."""
+    return parse_json(url, _within(url, timeout, lambda: _fetch(url, timeout, access)))
+
+
+def get_text(url: str, timeout: float, access: Access) -> str:
+    """The UTF-8 text body at `url` (an exporter's /metrics), read whole within
+    `timeout` seconds."""
+    body = _within(url, timeout, lambda: _fetch(url, timeout, access))
+    try:
+        return body.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise BadAnswer(f"{url}: not UTF-8 text (byte {exc.start})") from None
+
+
+def _within(url: str, timeout: float, fetch: Callable[[], bytes]) -> bytes:
+    """`fetch()`, within `timeout` seconds in all.
+
+    urllib's timeout bounds each socket read, not the request: a body sent a
+    byte every second never trips it. So the request runs in a daemon thread
+    (which cannot hold the process at exit) and the caller waits for it once.
+    """
+    answers: queue.SimpleQueue[tuple[bool, Any]] = queue.SimpleQueue()
+
+    def run() -> None:
+        try:
+            answers.put((True, fetch()))
+        except BaseException as exc:  # handed to the caller, who raises it
+            answers.put((False, exc))
+
+    threading.Thread(target=run, name=f"rigctl {url}", daemon=True).start()
+    try:
+        ok, value = answers.get(timeout=timeout)
+    except queue.Empty:
+        raise Unreachable(f"{url}: no whole answer within {timeout:g} s") from None
+    if not ok:
+        raise value
+    return value
+
+
+def _fetch(url: str, timeout: float, access: Access) -> bytes:
+    try:
+        with urllib.request.urlopen(access.request(url), timeout=timeout,
+                                    context=access.tls()) as response:
+            body = response.read(MAX_ANSWER_BYTES + 1)
+            if response.length:  # bytes the Content-Length promised and never came
+                raise http.client.IncompleteRead(body, response.length)
+    except urllib.error.HTTPError as exc:
+        raise Unreachable(f"{url}: HTTP {exc.code} {_short(exc.reason)}") from None
+    except urllib.error.URLError as exc:
+        raise Unreachable(f"{url}: {_short(exc.reason)}") from None
+    except http.client.HTTPException as exc:  # not HTTP, or cut short
+        raise BadAnswer(f"{url}: not a valid HTTP answer ({type(exc).__name__})") from None
+    except (OSError, TimeoutError) as exc:
+        raise Unreachable(f"{url}: {_short(exc)}") from None
+    if len(body) > MAX_ANSWER_BYTES:
+        raise BadAnswer(f"{url}: answer larger than {MAX_ANSWER_BYTES // 1024 // 1024} MiB")
+    return body
+
+
+def parse_json(url: str, body: bytes) -> Any:
+    """Strict JSON: NaN and Infinity, which Python's json accepts, are refused."""
+    try:
+        return json.loads(body, parse_constant=_no_constant)
+    except RecursionError:
+        raise BadAnswer(f"{url}: JSON nested too deep") from None
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise BadAnswer(f"{url}: not JSON ({_short(exc)})") from None
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a JSON number")
+
+
+def _short(reason: object, limit: int = 120) -> str:
+    text = " ".join(str(reason).split())
+    return text if len(text) <= limit else text[:limit] + "…"
+
+
+# --- shapes -------------------------------------------------------------------
+
+
+def health_report(url: str, body: Any) -> dict[str, Any]:
+    """`body` if it is a health report rigctl can print (the schema's required parts)."""
+    report = _object(url, body, "the report")
+    _field(url, report, "status", "the report", lambda v: v in STATUSES, "a status")
+    _field(url, report, "time", "the report", lambda v: _finite(v) and 0 <= v < 1e11,
+           "a Unix time")
+    checks = _field(url, report, "checks", "the report", _is(list), "a list")
+    for i, check in enumerate(checks):
+        where = f"checks[{i}]"
+        _object(url, check, where)
+        for key in ("name", "unit", "reason"):
+            _field(url, check, key, where, _is(str), "a string")
+        _field(url, check, "status", where, lambda v: v in STATUSES, "a status")
+        for key in ("value", "threshold"):
+            _field(url, check, key, where, lambda v: v is None or _finite(v),
+                   "a finite number or null")
+        _field(url, check, "labels", where, _string_map, "an object of strings")
+    _agents(url, report)
+    return report
+
+
+def _agents(url: str, report: dict[str, Any]) -> None:
+    """The optional "agents" section, in the parts rigctl prints (an older exporter
+    has none)."""
+    if "agents" not in report:
+        return
+    agents = _field(url, report, "agents", "the report", _is(list), "a list")
+    for i, agent in enumerate(agents):
+        where = f"agents[{i}]"
+        _object(url, agent, where)
+        for key in ("engine", "agent"):
+            _field(url, agent, key, where, _is(str), "a string")
+        for key in ("streams", "requests"):
+            _field(url, agent, key, where, lambda v: _finite(v) and v >= 0, "a count")
+        for key in ("longest_request_seconds", "max_gap_seconds"):
+            _field(url, agent, key, where, _finite, "a finite number")
+        for key in ("last_prompt_tokens", "context_ratio"):
+            _field(url, agent, key, where, lambda v: v is None or _finite(v),
+                   "a finite number or null")
+        _field(url, agent, "starved_seconds", where, lambda v: isinstance(v, dict) and all(
+            isinstance(k, str) and _finite(s) for k, s in v.items()), "an object of numbers")
+        flights = _field(url, agent, "in_flight", where, _is(list), "a list")
+        for j, flight in enumerate(flights):
+            _field(url, _object(url, flight, f"{where}.in_flight[{j}]"), "waiting",
+                   f"{where}.in_flight[{j}]", _is(bool), "true or false")
+
+
+def items(url: str, body: Any, *path: str) -> list[dict[str, Any]]:
+    """The list of objects at `path` in a Prometheus or Alertmanager answer."""
+    value = field(url, body, *path, kind=object)
+    if not isinstance(value, list) or not all(isinstance(v, dict) for v in value):
+        raise BadAnswer(f"{url}: {'.'.join(path) or 'the answer'} is not a list of objects")
+    return value
+
+
+def field(url: str, body: Any, *path: str, kind: type | tuple[type, ...]) -> Any:
+    """The value at `path` (keys of nested objects), which must be of `kind`."""
+    value = body
+    for depth, key in enumerate(path):  # name the level that is not an object
+        value = _object(url, value, ".".join(path[:depth]) or "the answer").get(key)
+    kinds = kind if isinstance(kind, tuple) else (kind,)
+    if not isinstance(value, kinds) or (isinstance(value, bool) and bool not in kinds):
+        raise BadAnswer(f"{url}: {'.'.join(path) or 'the answer'} is {_kind(value)}, not "
+                        f"{' or '.join(k.__name__ for k in kinds)}")
+    return value
+
+
+def _object(url: str, value: Any, where: str) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise BadAnswer(f"{url}: {where} is {_kind(value)}, not an object")
+    return value
+
+
+def _field(url: str, obj: dict[str, Any], key: str, where: str,
+           good: Callable[[Any], bool], expected: str) -> Any:
+    if key not in obj:
+        raise BadAnswer(f"{url}: {where} has no {key!r}")
+    if not good(obj[key]):
+        raise BadAnswer(f"{url}: {where}.{key} is {_kind(obj[key])}, not {expected}")
+    return obj[key]
+
+
+def _is(kind: type) -> Callable[[Any], bool]:
+    return lambda v: isinstance(v, kind)
+
+
+def _finite(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) \
+        and math.isfinite(value)
+
+
+def _string_map(value: Any) -> bool:
+    return isinstance(value, dict) and all(isinstance(v, str) for v in value.values())
+
+
+def _kind(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, str):
+        return f"the string {_short(repr(value), 40)}"
+    return f"a {type(value).__name__}"

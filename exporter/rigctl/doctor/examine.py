@@ -1,0 +1,124 @@
+"""One doctor run: watch the exporter, then judge every concern.
+
+It scrapes the exporter's /metrics at the start, halfway and at the end of the
+watch (`watch_seconds`, 5 s at least: the energy check needs it), sending one
+stream probe to each engine meanwhile with --probe (through its tap when it has
+one, so both the tap and the engine count it). Then each concern's module judges
+what was seen; the checks of files read them now, on this host.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import aiohttp
+
+from exporter.config import Config, EngineConfig
+from exporter.daemon.engines.probe import ProbeResult, StreamProbe
+from exporter.rigctl.client.http import NO_ACCESS, Access
+from exporter.rigctl.doctor.context import Context
+from exporter.rigctl.doctor.engine import engine_checks
+from exporter.rigctl.doctor.gpu import gpu_checks
+from exporter.rigctl.doctor.grafana import grafana_checks
+from exporter.rigctl.doctor.host import host_checks
+from exporter.rigctl.doctor.prometheus import prometheus_checks
+from exporter.rigctl.doctor.report import Check, Verdict, skip
+from exporter.rigctl.doctor.watch import Scrape, Watch, scrape
+from exporter.schema import engine_source
+
+MIN_WATCH_SECONDS = 5.0
+#: The probe's stream gets this long beyond its own deadline before the watch ends without it.
+PROBE_GRACE_SECONDS = 2.0
+
+
+@dataclass(frozen=True)
+class Request:
+    """What to examine, from rigctl doctor's flags."""
+
+    exporter: str
+    access: Access = NO_ACCESS
+    config: Config | None = None
+    config_path: str | None = None
+    prometheus: str | None = None
+    alertmanager: str | None = None
+    grafana: str | None = None
+    grafana_access: Access = NO_ACCESS
+    probe: bool = False
+    watch_seconds: float = 6.0
+    timeout: float = 10.0
+
+
+def examine(r: Request, sleep: Callable[[float], None] = time.sleep) -> Verdict:
+    """Unreachable (exporter.rigctl.commands.common) when the exporter does not answer."""
+    def take() -> Scrape:
+        return scrape(r.exporter, r.timeout, r.access)
+
+    first = take()
+    engines = _probed_engines(r.config, first) if r.probe else []
+    probes = _Probes(engines)
+    probes.start()
+    watch_seconds = max(MIN_WATCH_SECONDS, r.watch_seconds)
+    sleep(max(0.0, first.at + watch_seconds / 2 - time.monotonic()))
+    middle = take()
+    sleep(max(0.0, first.at + watch_seconds - time.monotonic()))
+    probes.join(max((e.probe_timeout_seconds for e in engines), default=0.0)
+                + PROBE_GRACE_SECONDS)
+    watch = Watch((first, middle, take()))
+    c = Context(r.exporter, watch, r.config, r.config_path, r.timeout, dict(probes.results))
+    checks: list[Check] = [*engine_checks(c), *gpu_checks(c), *host_checks(c)]
+    interval = None
+    if r.prometheus is not None:
+        found = prometheus_checks(c, r.prometheus, r.alertmanager)
+        checks += found.checks
+        interval = found.scrape_interval_seconds
+    else:
+        checks.append(skip("prometheus", "rig", "Prometheus not checked",
+                           "give --prometheus URL"))
+    if r.grafana is not None:
+        checks += grafana_checks(c, r.grafana, r.grafana_access, r.prometheus, interval)
+    else:
+        checks.append(skip("grafana", "rig", "Grafana not checked", "give --grafana URL"))
+    return Verdict(tuple(checks), r.exporter, watch.seconds)
+
+
+def _probed_engines(config: Config | None, first: Scrape) -> list[EngineConfig]:
+    """The config's engines that the exporter reads, each pointed at its tap if it has
+    one."""
+    if config is None:
+        return []
+    served = {s.labels.get("source", "") for s in first.all("rig_source_up")}
+    return [dataclasses.replace(e, url=_tap_url(e.tap_listen_address) or e.url)
+            for e in config.engines if engine_source(e.name) in served]
+
+
+def _tap_url(address: str) -> str:
+    if not address:
+        return ""
+    host, _, port = address.rpartition(":")
+    host = {"": "127.0.0.1", "0.0.0.0": "127.0.0.1", "[::]": "[::1]"}.get(host, host)
+    return f"http://{host}:{port}"
+
+
+class _Probes(threading.Thread):
+    """The doctor's own probes, one per engine, in a thread of their own while the
+    main thread watches."""
+
+    def __init__(self, engines: list[EngineConfig]) -> None:
+        super().__init__(name="doctor probes", daemon=True)
+        self.engines = engines
+        self.results: dict[str, ProbeResult] = {}
+
+    def run(self) -> None:
+        if self.engines:
+            asyncio.run(self._all())
+
+    async def _all(self) -> None:
+        async with aiohttp.ClientSession() as session:
+            probes = [StreamProbe(lambda: session, engine) for engine in self.engines]
+            results = await asyncio.gather(*(p.probe_once() for p in probes))
+        self.results = {e.name: result for e, result in zip(self.engines, results, strict=True)}

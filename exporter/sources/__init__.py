@@ -1,1 +1,0 @@
-"""Sources: each reads one thing and returns plain data (see base.py for the contract)."""
