@@ -472,6 +472,33 @@ def _tap_address(key: str, address: str) -> str:
     return f"{host if sep and host else TAP_DEFAULT_HOST}:{port}"
 
 
+@dataclass(frozen=True)
+class Words:
+    """What a key's field says of it, for a flag and for docs/configuration.md."""
+
+    meaning: str  # Markdown
+    help: str  # plain, for --help
+    extra: dict[str, Any]
+    type: type  # a flag's: bool, int, float or str
+    choices: tuple[str, ...] = ()
+
+
+def field_words(field: msgspec.inspect.Field) -> Words:
+    info, extra, meaning = field.type, {}, ""
+    while isinstance(info, msgspec.inspect.Metadata):
+        extra.update(info.extra or {})
+        meaning = (info.extra_json_schema or {}).get("description", meaning)
+        info = info.type
+    choices: tuple[str, ...] = ()
+    if isinstance(info, msgspec.inspect.LiteralType):
+        choices = _CHOICES.get(frozenset(info.values), tuple(info.values))
+    plain = re.sub(r"\[([^\]]*)\]\([^)]*\)", r"\1", meaning).replace("`", "")
+    kinds = {msgspec.inspect.BoolType: bool, msgspec.inspect.IntType: int,
+             msgspec.inspect.FloatType: float}
+    return Words(meaning, extra.get("help") or " | ".join(choices) or plain, extra,
+                 kinds.get(type(info), str), choices)
+
+
 # --- msgspec's refusals, in the config's words ------------------------------------
 
 #: The choices in their declared order (msgspec's LiteralType sorts them).
