@@ -302,7 +302,7 @@ class HealthConfig(Table):
 
 
 class LogConfig(Table):
-    level: LogLevel = "info"
+    level: Annotated[LogLevel, Doc("the least severe level that is logged")] = "info"
     # A failure that goes on is told again, with its count, once this often
     # (exporter/process/log_limits.py).
     repeat_interval_seconds: Annotated[float, Positive, Doc(
