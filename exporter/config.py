@@ -27,7 +27,8 @@ from msgspec.structs import replace
 
 from exporter.process.log_limits import REPEAT_INTERVAL_SECONDS
 from exporter.thresholds import Thresholds
-from exporter.validation import BadValue, read_toml
+from exporter.validation import DECLARED_ORDER, BadValue, converted, read_toml
+from exporter.validation import choices as validation_choices
 
 DEFAULT_LISTEN_ADDRESS = "127.0.0.1:9842"
 EngineKind = Literal["sglang", "vllm", "llamacpp"]
@@ -491,7 +492,7 @@ def field_words(field: msgspec.inspect.Field) -> Words:
         info = info.type
     choices: tuple[str, ...] = ()
     if isinstance(info, msgspec.inspect.LiteralType):
-        choices = _CHOICES.get(frozenset(info.values), tuple(info.values))
+        choices = validation_choices(info)
     plain = re.sub(r"\[([^\]]*)\]\([^)]*\)", r"\1", meaning).replace("`", "")
     kinds = {msgspec.inspect.BoolType: bool, msgspec.inspect.IntType: int,
              msgspec.inspect.FloatType: float}
@@ -499,110 +500,24 @@ def field_words(field: msgspec.inspect.Field) -> Words:
                  kinds.get(type(info), str), choices)
 
 
-# --- msgspec's refusals, in the config's words ------------------------------------
-
-#: The choices in their declared order (msgspec's LiteralType sorts them).
-_CHOICES = {frozenset(c): c for c in (ENGINE_KINDS, GPU_BACKENDS, LOG_LEVELS)}
-_AT = re.compile(r"^(?P<what>.*?)(?: - at `\$(?P<path>.*)`)?$", re.DOTALL)
-_STEP = re.compile(r"\.([^.\[]+)|\[(\d+)\]")
-_FIELD = re.compile(r"^Object (?P<how>contains unknown|missing required) field `(?P<key>.*)`$",
-                    re.DOTALL)
+# The choices of a bad value in their declared order (exporter/validation.py).
+DECLARED_ORDER.update({frozenset(c): c for c in (ENGINE_KINDS, GPU_BACKENDS, LOG_LEVELS)})
 
 
 def _converted(raw: object, kind: type[Struct], prefix: str) -> Any:
-    """`raw` as a `kind`, or the ConfigError of its first bad key. An int key given
-    a whole float (`expected_cards = 2.0`) takes it, as TOML writers do."""
-    for _ in range(64):  # one pass per whole float met; a config has fewer
-        try:
-            return msgspec.convert(raw, kind, strict=True)
-        except msgspec.ValidationError as exc:
-            refusal = _refusal(str(exc), raw, kind, prefix)
-            if not isinstance(refusal, list):
-                raise refusal from None
-            *parents, last = refusal
-            _at(raw, parents)[last] = int(_at(raw, refusal))
-    raise ConfigError(prefix or "config", HIDDEN, "too many values to read")
-
-
-def _refusal(message: str, raw: object, kind: type, prefix: str) -> ConfigError | list:
-    """The ConfigError for msgspec's `message`, or the path of a whole float to make an int."""
-    match = _AT.match(message)
-    what, path = (match["what"], match["path"] or "") if match else (message, "")
-    steps: list[str | int] = [n or int(i) for n, i in _STEP.findall(path)]
-    field_match = _FIELD.match(what)
-    if field_match:
-        steps.append(field_match["key"])
-    key = prefix + "".join(f"[{s}]" if isinstance(s, int) else f".{s}" for s in steps)
-    key = key.lstrip(".") or "config"
-    info, extra = _type_at(msgspec.inspect.type_info(kind), steps)
-    in_engine = prefix.startswith("engine") or (steps[:1] == ["engine"])
+    """`raw` as a `kind`, or the ConfigError of its first bad key, its value hidden
+    where it may be a secret: an [[engine]] table's unknown key (a misplaced token),
+    an [[engine.agent]]'s matcher."""
     try:
-        value = None if field_match and field_match["how"] != "contains unknown" \
-            else _at(raw, steps)
-    except (LookupError, TypeError):
-        value = HIDDEN
-    hidden = (in_engine and (len(steps) <= 2 or field_match is not None)) or (
-        "agent" in prefix and steps[-1:] != ["name"])
-    if field_match and field_match["how"] == "contains unknown":
-        parent, _ = _type_at(msgspec.inspect.type_info(kind), steps[:-1])
-        known = ", ".join(sorted(f.encode_name for f in getattr(parent, "fields", ())))
-        return ConfigError(key, HIDDEN if hidden else value, f"unknown key (known: {known})")
-    if field_match:
-        return ConfigError(key, None, "is required")
-    if isinstance(info, msgspec.inspect.IntType) and isinstance(value, float) \
-            and value.is_integer() and "got `float`" in what:
-        return steps
-    return ConfigError(key, HIDDEN if hidden else value, _reason(info, extra, value, key))
-
-
-def _reason(info: object, extra: dict, value: object, key: str) -> str:
-    """Why `value` does not fit `info`, as the config says it."""
-    ti = msgspec.inspect
-    if "refused" in extra:
-        return extra["refused"]
-    if isinstance(info, ti.IntType | ti.FloatType):
-        if isinstance(value, bool) or not isinstance(value, int | float):
-            return "must be a number"
-        if value != value or value in (float("inf"), float("-inf")):
-            return "must be a finite number"
-        if isinstance(info, ti.IntType) and isinstance(value, float):
-            return "must be a whole number"
-        return "must be greater than 0" if info.gt is not None else "must be 0 or more"
-    if isinstance(info, ti.BoolType):
-        return "must be true or false"
-    if isinstance(info, ti.LiteralType):
-        values = _CHOICES.get(frozenset(info.values), info.values)
-        return f"must be one of {', '.join(map(str, values))}"
-    if isinstance(info, ti.StrType) or (isinstance(info, ti.UnionType) and any(
-            isinstance(t, ti.StrType) for t in info.types)):
-        return "must be a string"
-    if isinstance(info, ti.VarTupleType | ti.ListType):
-        return f"must be an array of tables ([[{key.split('[')[0]}]])"
-    return "must be a table"
-
-
-def _type_at(info: object, steps: list[str | int]) -> tuple[object, dict]:
-    """The msgspec type at `steps` below `info`, and the `Doc` extras of the last field."""
-    extra: dict = {}
-    for step in steps:
-        while isinstance(info, msgspec.inspect.Metadata):
-            info = info.type
-        if isinstance(step, int):
-            info = getattr(info, "item_type", None)
-            continue
-        fields = {f.encode_name: f for f in getattr(info, "fields", ())}
-        if step not in fields:
-            return None, {}
-        info = fields[step].type
-        extra = {}
-        if isinstance(info, msgspec.inspect.Metadata):
-            extra = info.extra or {}
-    while isinstance(info, msgspec.inspect.Metadata):
-        info = info.type
-    return info, extra
-
-
-def _at(raw: Any, steps: list[str | int]) -> Any:
-    for step in steps:
-        raw = raw[step]
-    return raw
+        return converted(raw, kind)
+    except BadValue as exc:
+        path = exc.path
+        key = (prefix + "".join(f"[{s}]" if isinstance(s, int) else f".{s}" for s in path)
+               ).lstrip(".") or "config"
+        in_engine = prefix.startswith("engine") or path[:1] == ("engine",)
+        hidden = (in_engine and (exc.unknown or len(path) <= 2)) or (
+            "agent" in prefix and path[-1:] != ("name",))
+        reason = str(exc)
+        if reason == "must be an array of tables":
+            reason += " ([[engine]])"
+        raise ConfigError(key, HIDDEN if hidden else exc.value, reason) from None
