@@ -169,7 +169,22 @@ def schema() -> dict[str, Any]:
 
 
 def schema_text() -> str:
-    return json.dumps(schema(), indent=2, ensure_ascii=False) + "\n"
+    """The schema as committed: an object or a list on one line where it fits in 100
+    characters, else one member a line."""
+    return _laid(schema(), 0) + "\n"
+
+
+def _laid(value: Any, indent: int, used: int = 0) -> str:
+    flat = json.dumps(value, ensure_ascii=False)
+    if not isinstance(value, dict | list) or indent + used + len(flat) <= 100:
+        return flat
+    pad = " " * (indent + 2)
+    if isinstance(value, dict):
+        members = [f"{pad}{json.dumps(k)}: {_laid(v, indent + 2, len(json.dumps(k)) + 2)}"
+                   for k, v in value.items()]
+        return "{\n" + ",\n".join(members) + "\n" + " " * indent + "}"
+    return "[\n" + ",\n".join(pad + _laid(v, indent + 2) for v in value) + "\n" + \
+        " " * indent + "]"
 
 
 if __name__ == "__main__":
