@@ -31,6 +31,7 @@ from exporter.rigctl.commands.common import (
     positive,
 )
 from exporter.rigctl.report.rules import matchers, parse_duration
+from exporter.thresholds import Thresholds
 
 EXIT_FOR_VERDICT = {"ok": EXIT_OK, "warn": EXIT_WARNING, "crit": EXIT_CRITICAL,
                     "unknown": EXIT_UNKNOWN}
@@ -162,7 +163,7 @@ def run(args: argparse.Namespace, out: TextIO) -> int:
         return EXIT_UNKNOWN
     if page is not None:
         try:
-            args.html.write_text(page.render(report))
+            args.html.write_text(page.render(report, Thresholds().decode_stall_critical_seconds))
         except OSError as exc:
             print(f"rigctl report: cannot write {args.html}: {exc.strerror}", file=sys.stderr)
             return EXIT_UNKNOWN
