@@ -12,6 +12,7 @@ the rig overnight must not make.
 
 from __future__ import annotations
 
+import math
 from collections import defaultdict
 
 from exporter.rigctl.report.evaluate import Grid, counts, key, merged, spans
@@ -39,8 +40,11 @@ EXPORTER_SOURCE_DOWN = "RigExporterSourceDown"
 
 def build(prometheus: Prometheus, start: float, end: float, rules: list[Rule],
           selection: list[str], eval_seconds: float, timeline: bool = False) -> Report:
+    # Whole buckets, ending on an evaluation point (a multiple of the step, as
+    # Prometheus aligns a subquery's points): the range ends up to a step earlier, and
+    # starts up to a bucket earlier, than asked.
+    end = math.floor(end / eval_seconds) * eval_seconds
     grid = Grid.of(start, end, eval_seconds)
-    # Whole buckets, ending at `end`: the range starts up to a bucket earlier.
     grid = Grid(end - grid.count * grid.step, end, eval_seconds, grid.step, grid.count)
     sel = "{" + ", ".join(selection) + "}"
     present = _present(prometheus, grid, sel)

@@ -11,9 +11,10 @@ The inner subquery is Prometheus' own `for`: firing at an evaluation point when 
 condition held at every one of the N = FOR/EVAL + 1 points ending there. The outer
 counts those points in the bucket. Prometheus evaluates a subquery once over the whole
 range, so the cost is the range's evaluation points, and the answer is MAX_BUCKETS
-points per series, far below the 11,000 Prometheus accepts. Each window is half a step
-wider than its points, so that it holds the same points under Prometheus 2's closed
-ranges and 3's left-open ones.
+points per series, far below the 11,000 Prometheus accepts. Bucket ends are
+evaluation points (multiples of the step, where Prometheus puts a subquery's points),
+and each window is half a step wider than its points, so that it holds the same points
+under Prometheus 2's closed ranges and 3's left-open ones.
 
 A span's start and end are exact to the evaluation step when the bucket is one step,
 and to the bucket otherwise (the firing points of its first bucket are taken as its

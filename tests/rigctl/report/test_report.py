@@ -260,3 +260,10 @@ def test_the_schema_names_the_models_fields(definition: str, cls: type) -> None:
     fields = [f.name for f in dataclasses.fields(cls)]
     assert SCHEMA["$defs"][definition]["required"] == fields
     assert list(SCHEMA["$defs"][definition]["properties"]) == fields
+
+
+def test_a_range_off_the_evaluation_grid_reads_the_same(history: n.History) -> None:
+    # Subquery points fall on multiples of the step: the range ends on the one before.
+    on_grid = as_json(history, "--rig", "night")
+    off_grid = as_json(history, "--rig", "night", end=history.end + 2.5)
+    assert off_grid == on_grid
