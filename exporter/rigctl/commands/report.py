@@ -25,6 +25,7 @@ from exporter.rigctl.commands.common import (
     EXIT_WARNING,
     access_from_args,
     add_access_arguments,
+    coloured,
     help_formatter,
     http_url,
     is_tty,
@@ -170,5 +171,6 @@ def run(args: argparse.Namespace, out: TextIO) -> int:
     if args.json:
         print(json.dumps(report.to_json(), indent=2), file=out)
     else:
-        render(report, out, colour=is_tty(out))
+        colour = is_tty(out)
+        render(report, out, lambda text, status: coloured(text, status, colour))
     return EXIT_FOR_VERDICT[report.verdict] if args.check else EXIT_OK

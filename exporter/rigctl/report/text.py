@@ -4,11 +4,19 @@ engine."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import TextIO
 
-from exporter.rigctl.commands.common import coloured
 from exporter.rigctl.report.model import VERDICT_OF_SEVERITY, Report
+
+#: How a word is painted for its status (ok, warn, crit, unknown): the command's
+#: terminal colours, or plain.
+Paint = Callable[[str, str], str]
+
+
+def plain(text: str, status: str) -> str:
+    return text
 
 SUBJECT_LABELS = ("engine", "card", "agent", "source", "sensor", "tier", "signal")
 
@@ -38,9 +46,9 @@ def _table(rows: list[tuple[str, ...]], out: TextIO) -> None:
               file=out)
 
 
-def render(report: Report, out: TextIO, colour: bool = False) -> None:
+def render(report: Report, out: TextIO, paint: Paint = plain) -> None:
     span = report.end - report.start
-    word = coloured(report.verdict.upper(), report.verdict, colour)
+    word = paint(report.verdict.upper(), report.verdict)
     print(f"rig report {clock(report.start, day=True)} to {clock(report.end, day=True)} UTC "
           f"({duration(span)}, step {report.step:g} s, {report.queries} queries): {word}, "
           f"{len(report.incidents)} incident(s)", file=out)
@@ -59,7 +67,7 @@ def render(report: Report, out: TextIO, colour: bool = False) -> None:
             extra += f"; longest stall {i.stall_seconds:.1f} s"
         if i.agent is not None:
             extra += f"; agent {i.agent} starved by {i.by}"
-        print(f"  {coloured(status.upper().ljust(4), status, colour)}  {clock(i.start)}-"
+        print(f"  {paint(status.upper().ljust(4), status)}  {clock(i.start)}-"
               f"{clock(i.end)}  {duration(i.seconds):>7}  {i.alert}  {about}{extra}", file=out)
     if report.blind:
         print("\nblind (no data from the exporter: not known healthy)", file=out)

@@ -64,7 +64,8 @@ def requests(agent: tuple, seconds: float) -> int:
     return int(seconds // agent[1])
 
 
-def _rig_samples(rig: str, t0: float, incidents: bool) -> dict[str, list[str]]:
+def _rig_samples(rig: str, t0: float, incidents: bool, hours: float,
+                 scrape: int) -> dict[str, list[str]]:
     out: dict[str, list[str]] = defaultdict(list)
     target = f'job="rig",instance="{rig}:9842",rig="{rig}"'
     engine = f'{target},engine="main",kind="sglang"'
@@ -72,8 +73,8 @@ def _rig_samples(rig: str, t0: float, incidents: bool) -> dict[str, list[str]]:
     def put(name: str, labels: str, value: float, t: float) -> None:
         out[name].append(f"{name}{{{labels}}} {value} {t:.3f}")
 
-    for step in range(HOURS * 3600 // SCRAPE + 1):
-        s = step * SCRAPE
+    for step in range(int(hours * 3600) // scrape + 1):
+        s = step * scrape
         t = t0 + s
         down = incidents and OUTAGE_AT <= s < OUTAGE_AT + OUTAGE_SECONDS
         put("up", target, 0 if down else 1, t)
@@ -134,10 +135,11 @@ def _rig_samples(rig: str, t0: float, incidents: bool) -> dict[str, list[str]]:
     return out
 
 
-def openmetrics(t0: float) -> str:
+def openmetrics(t0: float, hours: float = HOURS, scrape: int = SCRAPE,
+                rigs: tuple[str, ...] = ("night", "quiet")) -> str:
     families: dict[str, list[str]] = defaultdict(list)
-    for rig, incidents in (("night", True), ("quiet", False)):
-        for name, rows in _rig_samples(rig, t0, incidents).items():
+    for rig in rigs:
+        for name, rows in _rig_samples(rig, t0, rig == "night", hours, scrape).items():
             families[name] += rows
     lines = []
     for name, rows in families.items():
@@ -148,15 +150,21 @@ def openmetrics(t0: float) -> str:
 
 
 @contextlib.contextmanager
-def night(tmp: Path) -> Iterator[History]:
+def night(tmp: Path, hours: float = HOURS, scrape: int = SCRAPE,
+          rigs: tuple[str, ...] = ("night", "quiet")) -> Iterator[History]:
+    """Prometheus serving the history (`hours` long; bench/bench_report.py makes it a
+    week) from a temporary directory."""
     binary, promtool = shutil.which("prometheus"), shutil.which("promtool")
     assert binary and promtool, "prometheus and promtool: apt-get install prometheus"
-    # Two hours ending an hour ago, on the hour: within retention, off the head block.
+    # Ending an hour ago, on the hour: within retention, off the head block.
     end = (int(time.time()) // 3600 - 1) * 3600
-    start = end - HOURS * 3600
-    (tmp / "night.om").write_text(openmetrics(start))
+    start = end - int(hours * 3600)
+    with (tmp / "night.om").open("w") as f:
+        f.write(openmetrics(start, hours, scrape, rigs))
     subprocess.run([promtool, "tsdb", "create-blocks-from", "openmetrics", "-q",
-                    str(tmp / "night.om"), str(tmp / "tsdb")], check=True, timeout=120)
+                    str(tmp / "night.om"), str(tmp / "tsdb")], check=True,
+                   timeout=max(120, hours * 60))
+    (tmp / "night.om").unlink()
     (tmp / "prometheus.yml").write_text("global: {scrape_interval: 15s}\n")
     address = f"127.0.0.1:{free_port()}"
     with Process("prometheus", [
