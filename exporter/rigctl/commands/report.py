@@ -9,6 +9,7 @@ so that it works on history no rule evaluated (docs/report.md).
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import sys
 import time
@@ -146,7 +147,7 @@ def run(args: argparse.Namespace, out: TextIO) -> int:
     page = None
     if args.html is not None:
         try:
-            from exporter.rigctl.report import html as page
+            page = importlib.import_module("exporter.rigctl.report.html")
         except ImportError as exc:
             print(f"rigctl report: --html needs matplotlib ({exc.name} is missing): "
                   "pip install 'rig-telemetry[html]'", file=sys.stderr)

@@ -74,3 +74,26 @@ def test_chromium_renders_it(page: Path, tmp_path: Path) -> None:
         assert pixels(_rgb(colour)) > 200, name
     # The blind span, half-transparent grey on white.
     assert pixels(tuple(round(255 - (255 - c) * 0.5) for c in _rgb(BLIND)), 6) > 1000
+
+
+def test_without_matplotlib_html_is_one_line(monkeypatch: pytest.MonkeyPatch,
+                                             capsys: pytest.CaptureFixture[str],
+                                             tmp_path: Path) -> None:
+    import sys
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib fails
+    monkeypatch.delitem(sys.modules, "exporter.rigctl.report.html", raising=False)
+    code = main(["report", "--prometheus", "http://127.0.0.1:9", "--since", "1h",
+                 "--html", str(tmp_path / "x.html")], io.StringIO())
+    assert code == 3
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "rig-telemetry[html]" in err, err
+
+
+def test_a_range_with_no_data_still_makes_a_page(tmp_path: Path) -> None:
+    with n.night(tmp_path, hours=0.25, rigs=("quiet",)) as history:
+        code = main(["report", "--prometheus", history.url, "--rig", "elsewhere",
+                     "--start", str(history.start), "--end", str(history.end),
+                     "--html", str(tmp_path / "empty.html"), "--check"], io.StringIO())
+    assert code == 3
+    text = (tmp_path / "empty.html").read_text()
+    assert "UNKNOWN" in text and "<svg" in text
