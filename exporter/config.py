@@ -121,6 +121,10 @@ class EngineConfig:
     # SGLang's PROMETHEUS_MULTIPROC_DIR: the tracker reads the counters from its files
     # (no engine work) instead of /metrics under a 2 % budget. "" : not set.
     metrics_dir: str = ""
+    # The base name given to SGLang's --forward-pass-metrics-ipc-name (ipc://PATH; the
+    # scheduler binds PATH.<dp_rank>): the stall tracker subscribes to its per-pass
+    # feed. "": the name /server_info gives, if the feed is on.
+    forward_pass_metrics_ipc: str = ""
     # Empty: no stream tap. Else HOST:PORT for the tap, the proxy agents use instead
     # of `url`; a bare port or ":PORT" means TAP_DEFAULT_HOST.
     tap_listen_address: str = ""
@@ -298,6 +302,9 @@ def _engine(index: int, t: object, stall_window_seconds: float) -> EngineConfig:
             f"{key}.stall_window_seconds", t["stall_window_seconds"],
         ) if "stall_window_seconds" in t else stall_window_seconds,
         metrics_dir=_metrics_dir(f"{key}.metrics_dir", t.get("metrics_dir", defaults.metrics_dir)),
+        forward_pass_metrics_ipc=_ipc_endpoint(
+            f"{key}.forward_pass_metrics_ipc",
+            t.get("forward_pass_metrics_ipc", defaults.forward_pass_metrics_ipc)),
         tap_listen_address=_tap_address(f"{key}.tap_listen_address",
                                         t.get("tap_listen_address", defaults.tap_listen_address)),
         agents=_agents(f"{key}.agent", t.get("agent", [])),
@@ -391,6 +398,15 @@ def _metrics_dir(key: str, value: object) -> str:
     if path and not os.path.isdir(path):
         raise ConfigError(key, path, "is not a directory (SGLang's PROMETHEUS_MULTIPROC_DIR)")
     return path
+
+
+def _ipc_endpoint(key: str, value: object) -> str:
+    """An ipc:// base name: SGLang appends `.<dp_rank>`, which only a path can take."""
+    endpoint = _str(key, value)
+    if endpoint and (not endpoint.startswith("ipc://") or len(endpoint) == len("ipc://")):
+        raise ConfigError(key, endpoint, "expected ipc://PATH, the name given to SGLang's "
+                                         "--forward-pass-metrics-ipc-name")
+    return endpoint
 
 
 def _tap_address(key: str, value: object) -> str:

@@ -27,6 +27,7 @@ from exporter.daemon.engines.mapping import TABLES
 from exporter.daemon.engines.probe import ProbeReading
 from exporter.daemon.engines.slots import Slot
 from exporter.daemon.engines.source import EngineReading
+from exporter.daemon.engines.stall.feed_stalls import FeedFigures
 from exporter.daemon.engines.stall.tracker import StallState
 from exporter.schema import ENGINE_LABELS
 
@@ -129,6 +130,34 @@ def _(reading: EngineReading) -> Iterator[Metric]:
                      [*ENGINE_LABELS, "plan", "progress", "in_flight"])
         info.add_metric([*ids, plan.name, plan.progress, plan.in_flight], 1.0)
         yield info
+    if reading.feed is not None and reading.stall is not None:
+        yield from _feed_families(ids, reading.feed, reading.stall.window_seconds)
+
+
+def _feed_families(ids: list[str], feed: FeedFigures, window_seconds: float) -> Iterable[Metric]:
+    """SGLang's forward-pass feed, while it is the stall tracker's plan
+    (docs/stall-tracker.md#the-forward-pass-feed)."""
+    passes = counter("engine_decode_stall_feed_passes_total",
+                     "Forward passes the scheduler's feed reported, by kind: prefill, "
+                     "decode, mixed (both), idle (heartbeats).", [*ENGINE_LABELS, "kind"])
+    for kind, count in feed.passes.items():
+        passes.add_metric([*ids, kind], count)
+    dropped = counter("engine_decode_stall_feed_dropped_messages_total",
+                      "Feed messages missing from its sequence numbers; the stall bounds "
+                      "around each are widened.", ENGINE_LABELS)
+    dropped.add_metric(ids, feed.dropped)
+    window = f"{window_seconds:g} s"
+    run = feed.longest_prefill_run
+    seconds = gauge("engine_decode_stall_prefill_run_max_seconds",
+                    f"Device time of the longest run of prefill-only passes in the last "
+                    f"{window} (one under way included): decode held back that long at "
+                    "least.", ENGINE_LABELS)
+    seconds.add_metric(ids, run.seconds)
+    count = gauge("engine_decode_stall_prefill_run_max_passes",
+                  f"Passes in that run (the longest prefill-only run in the last {window}).",
+                  ENGINE_LABELS)
+    count.add_metric(ids, run.passes)
+    yield from (passes, dropped, seconds, count)
 
 
 def _slot_families(ids: list[str], slots: list[Slot]) -> Iterable[Metric]:
