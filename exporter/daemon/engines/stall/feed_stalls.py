@@ -7,9 +7,11 @@ decode-bearing passes P and Q that bound a gap:
 
 - **at least** the device time of every pass after P up to Q, Q's own included:
   they ran one after another between P's end and Q's; and at least from P's receipt
-  to when the socket was last found empty before Q came (Q ended after it, as long
-  as the publisher sends a pass's message before the next pass ends);
-- **at most** from when the socket was last found empty before P came to Q's receipt.
+  to when the socket was last found empty before Q came (Q ended after it, less the
+  time a message takes to come, `SEND_SLACK_SECONDS`, as long as the publisher sends
+  a pass's message before the next pass ends);
+- **at most** from when the socket was last found empty before P came, less that
+  time, to Q's receipt.
 
 A sequence number skipped is a message lost, which may have been a decode pass: the
 device time before the loss and after it are then two runs, and the lower bound is
@@ -33,6 +35,9 @@ from exporter.daemon.engines.stall.feed import PASS_KINDS, ForwardPass
 from exporter.daemon.engines.stall.tracker import StallState
 from exporter.thresholds import MIN_STALL_SECONDS, Thresholds
 
+#: A message's time from its pass's end to the exporter's socket (the publisher
+#: thread's wake-up, the transport): the bounds drawn from receipts are widened by it.
+SEND_SLACK_SECONDS = 0.02
 #: A message this long after the last decode-bearing pass, or a pass without decode,
 #: means a gap is open: the tracker then reads requests in flight at its floor.
 GAP_OPEN_SECONDS = 0.25
@@ -72,7 +77,12 @@ class FeedStalls:
         # The last decode-bearing pass: (socket last empty before it, its receipt).
         self._decoded: tuple[float, float] | None = None
         self._run_wall = 0.0   # device time since it, and since the last loss
-        self._best_wall = 0.0  # the longest such run cut by a loss
+        # Decode may have moved by this receipt: P's, or the first after a loss.
+        self._anchor = 0.0
+        self._last_drained = 0.0
+        # The longest stall known before the last loss (a lost message may have been
+        # a decode pass), at least.
+        self._best_wall = 0.0
         self._readings: deque[tuple[float, float, float]] = deque(maxlen=history)
         self._finished: deque[tuple[float, float, float]] = deque(maxlen=history)
         self._finished_seconds = 0.0
@@ -94,11 +104,15 @@ class FeedStalls:
             self.dropped += seq - self._seq - 1
             if self.last_received is not None:
                 self._losses.append((received, received - self.last_received))
-            self._best_wall = max(self._best_wall, self._run_wall)
+            if self._decoded is not None:
+                self._best_wall = max(self._best_wall, self._run_wall,
+                                      self._last_drained - self._anchor)
+                self._anchor = received
             self._run_wall = 0.0
             self._end_prefill_run(received)
         self._seq = seq
         self.last_received, self.last_kind = received, kind
+        self._last_drained = drained_before
         wall = message.device_seconds
         if kind == "prefill":
             self._prefill = PrefillRun(self._prefill.seconds + wall, self._prefill.passes + 1)
@@ -108,6 +122,7 @@ class FeedStalls:
             if self._decoded is not None:
                 self._record(received, self._run_wall + wall, drained_before)
             self._decoded = (drained_before, received)
+            self._anchor = received
             self._run_wall = self._best_wall = 0.0
         elif kind == "idle":
             # Heartbeats come only while the scheduler is idle: nothing decodes.
@@ -157,9 +172,9 @@ class FeedStalls:
     def _bounds(self, device_seconds: float, drained_before: float,
                 answered: float) -> tuple[float, float]:
         assert self._decoded is not None
-        asked_p, answered_p = self._decoded
-        lower = max(self._best_wall, device_seconds, drained_before - answered_p)
-        return lower, max(lower, answered - asked_p)
+        lower = max(self._best_wall, device_seconds,
+                    drained_before - SEND_SLACK_SECONDS - self._anchor)
+        return lower, max(lower, answered - self._decoded[0] + SEND_SLACK_SECONDS)
 
     def _in_flight_within(self, start: float, end: float) -> bool:
         inside = [in_flight for asked, answered, in_flight in self._readings

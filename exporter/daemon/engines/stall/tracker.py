@@ -242,8 +242,10 @@ class StallPoller(Generic[Shown]):
         state = (self.feed.state(now) if source == "feed" and self.feed is not None
                  else self.tracker.state(now))
         if source != self._total_source:
+            # Each plan counts its own stalls: carry the total over from the other one.
+            if self._total_source:
+                self._total_offset = self._total_last - state.total_seconds
             self._total_source = source
-            self._total_offset = self._total_last - state.total_seconds
         total = max(self._total_last, state.total_seconds + self._total_offset)
         self._total_last = total
         return dataclasses.replace(state, total_seconds=total)
