@@ -34,7 +34,7 @@ log = logging.getLogger(__name__)
 
 #: The schema version the fields below were read from (`FPM_VERSION`).
 FEED_VERSION = 1
-#: The kinds of pass, as `rig_engine_decode_stall_feed_passes_total{kind}` says them.
+#: The kinds of pass, as `rig_engine_decode_stall_feed_passes_total{pass_kind}` says them.
 PASS_KINDS = ("prefill", "decode", "mixed", "idle")
 
 

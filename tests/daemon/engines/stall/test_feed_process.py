@@ -112,8 +112,8 @@ def samples(text: str) -> dict:
             if sample.labels.get("engine") not in ("main", None):
                 continue
             key = sample.name
-            if "kind" in sample.labels and sample.name.endswith("passes_total"):
-                key = (sample.name, sample.labels["kind"])
+            if "pass_kind" in sample.labels:
+                key = (sample.name, sample.labels["pass_kind"])
             if sample.name == "rig_engine_decode_stall_plan_info":
                 values["plan"] = sample.labels["plan"]
             values[key] = sample.value
