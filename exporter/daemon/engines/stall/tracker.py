@@ -24,7 +24,7 @@ import time
 from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Generic
+from typing import Generic, Protocol
 
 from exporter.daemon.engines.stall.planner import SignalChooser
 from exporter.daemon.engines.stall.plans import SignalPlan, feed_plan
@@ -32,9 +32,6 @@ from exporter.daemon.engines.stall.readers import CounterReader, Shown, TrackerB
 from exporter.daemon.snapshot import SourceError
 from exporter.process.log_limits import Conditions
 from exporter.thresholds import MIN_STALL_SECONDS, Thresholds
-
-if TYPE_CHECKING:
-    from exporter.daemon.engines.stall.feed_watch import FeedWatch
 
 log = logging.getLogger(__name__)
 
@@ -171,6 +168,20 @@ class DecodeStallTracker:
         self._stalled_to = None
 
 
+class FeedSight(Protocol):
+    """What the poller asks of SGLang's forward-pass feed (feed_watch.FeedWatch)."""
+
+    def live(self, now: float) -> bool: ...
+
+    def gap_open(self, now: float) -> bool: ...
+
+    def state(self, now: float) -> StallState: ...
+
+    def observe_in_flight(self, asked: float, answered: float, in_flight: float) -> None: ...
+
+    def observe_unreachable(self, now: float) -> None: ...
+
+
 class StallPoller(Generic[Shown]):
     """The background task that feeds a DecodeStallTracker from a CounterReader.
 
@@ -188,7 +199,7 @@ class StallPoller(Generic[Shown]):
                  timeout_seconds: float = 2.0,
                  sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
                  window_seconds: float = Thresholds.decode_stall_window_seconds,
-                 feed: FeedWatch | None = None) -> None:
+                 feed: FeedSight | None = None) -> None:
         self.reader = reader
         self.planner = planner
         #: SGLang's forward-pass feed, the plan in force while it is live; the counters
