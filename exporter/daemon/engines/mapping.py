@@ -137,7 +137,7 @@ SGLANG = EngineTable(
              _one("prefetched_tokens_total")),
         Rule("hicache_storage_written_tokens_total", "counter", _one("backuped_tokens_total")),
         # 0.5.23's newer HiCache families (srt/observability/metrics_collector.py,
-        # docs/facts/sglang.md#hicache-families). Tokens destroyed without a host
+        # docs/metrics.md#engine-metrics). Tokens destroyed without a host
         # backup, by reason (host_pressure, write_through_unbacked_eviction): what
         # evicted_tokens_total less hicache_backup_tokens_total only estimates. The
         # pool label is always kv; every TP rank counts the same logical tokens.
