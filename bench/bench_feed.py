@@ -7,8 +7,8 @@ sends) sends decode passes at `--rate` a second; the exporter's subscriber and s
 machine (exporter/daemon/engines/stall/feed.py, feed_stalls.py) take them in this
 process. Prints the messages taken, those lost, and this process's CPU time (every
 thread: the event loop and ZMQ's I/O thread) per message, less an idle baseline of
-the same wall time. The engine's side costs nothing new: SGLang's publisher thread
-sends whether anyone subscribes or not.
+the same wall time. On the engine's side SGLang's publisher thread encodes and sends
+whether anyone subscribes or not; a subscriber adds the delivery by ZMQ's I/O thread.
 """
 
 from __future__ import annotations
