@@ -157,7 +157,9 @@ def test_dropped_messages_and_heartbeats_keep_the_bracket_honest():
     # The lost messages may have been decode passes: at least the longer known run.
     assert 1.2 <= low <= truth + TRANSPORT_SECONDS
     assert truth <= high + TRANSPORT_SECONDS
-    assert values["rig_engine_decode_stall_max_blind_seconds"] >= 1.2
+    # The span between the receipts around the loss: about the 1.2 s pass after it,
+    # less what a loaded box's receipt of the message before it came late by.
+    assert values["rig_engine_decode_stall_max_blind_seconds"] >= 1.0
 
 
 def test_a_long_silent_pass_grows_while_metrics_answer():
