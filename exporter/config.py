@@ -123,7 +123,7 @@ class EngineConfig:
     metrics_dir: str = ""
     # The base name given to SGLang's --forward-pass-metrics-ipc-name (ipc://PATH; the
     # scheduler binds PATH.<dp_rank>): the stall tracker subscribes to its per-pass
-    # feed. "": the name /server_info gives, if the feed is on.
+    # feed. "": the name /server_info gives, if the feed is on. "off": never subscribe.
     forward_pass_metrics_ipc: str = ""
     # Empty: no stream tap. Else HOST:PORT for the tap, the proxy agents use instead
     # of `url`; a bare port or ":PORT" means TAP_DEFAULT_HOST.
@@ -401,11 +401,13 @@ def _metrics_dir(key: str, value: object) -> str:
 
 
 def _ipc_endpoint(key: str, value: object) -> str:
-    """An ipc:// base name: SGLang appends `.<dp_rank>`, which only a path can take."""
+    """An ipc:// base name (SGLang appends `.<dp_rank>`, which only a path can take),
+    or "off"."""
     endpoint = _str(key, value)
-    if endpoint and (not endpoint.startswith("ipc://") or len(endpoint) == len("ipc://")):
+    if endpoint and endpoint != "off" and (not endpoint.startswith("ipc://")
+                                          or len(endpoint) == len("ipc://")):
         raise ConfigError(key, endpoint, "expected ipc://PATH, the name given to SGLang's "
-                                         "--forward-pass-metrics-ipc-name")
+                                         "--forward-pass-metrics-ipc-name, or off")
     return endpoint
 
 

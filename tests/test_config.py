@@ -233,6 +233,8 @@ class TestForwardPassFeed:
         assert config.engines[0].forward_pass_metrics_ipc == "ipc:///run/sglang/fpm"
         assert load_config({"engine": [{"name": "m", "url": "http://h:1"}]}
                            ).engines[0].forward_pass_metrics_ipc == ""
+        off = {"engine": [{"name": "m", "url": "http://h:1", "forward_pass_metrics_ipc": "off"}]}
+        assert load_config(off).engines[0].forward_pass_metrics_ipc == "off"
 
     @pytest.mark.parametrize("endpoint", ["tcp://127.0.0.1:5557", "/run/sglang/fpm", "ipc://"])
     def test_anything_but_an_ipc_path_is_one_clear_error(self, endpoint: str) -> None:

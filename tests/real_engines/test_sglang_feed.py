@@ -11,9 +11,10 @@ subscribed to the feed (with metrics_dir for its in-flight readings), one on
 metrics_dir alone, one on /metrics alone. The feed's bracket must hold A's longest
 client-side gap and be at most FEED_WIDTH_SECONDS wide.
 
-It runs on the tier's SGLang launcher (`sglang_server`, and `solo_exporter` with a
-`metrics_dir`, tests/support/real_engines.py), which the branch that installs SGLang
-in the tier brings.
+It runs on the tier's SGLang launcher (`sglang_server`, tests/support/real_engines.py),
+which the branch that installs SGLang in the tier brings. The two counter-plan
+exporters set `forward_pass_metrics_ipc = "off"`: /server_info names the feed, and
+they would find it.
 """
 
 from __future__ import annotations
@@ -38,7 +39,6 @@ from tests.support.real_engines import (
     Timeline,
     agent_session,
     agent_stream,
-    solo_exporter,
     token_ids,
 )
 
@@ -71,12 +71,15 @@ def sglang(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[RealEngin
 
 
 @contextlib.asynccontextmanager
-async def feed_exporter(engine: RealEngine, feed: str) -> AsyncIterator[Solo]:
-    """An in-process exporter whose tracker subscribes to the feed, with a tap."""
+async def exporter_of(engine: RealEngine, feed: str, metrics_dir: bool) -> AsyncIterator[Solo]:
+    """An in-process exporter of the engine with a tap; `feed` its
+    forward_pass_metrics_ipc ("off": the counter plan alone, though /server_info
+    names the feed), with or without the engine's metrics_dir."""
     tap = f"127.0.0.1:{free_port()}"
     table = EngineConfig(name=SOLO, url=engine.url, kind="sglang", tap_listen_address=tap,
                          stall_window_seconds=SOLO_STALL_WINDOW_SECONDS,
-                         metrics_dir=str(engine.metrics_dir), forward_pass_metrics_ipc=feed,
+                         metrics_dir=str(engine.metrics_dir) if metrics_dir else "",
+                         forward_pass_metrics_ipc=feed,
                          agents=(AgentConfig("alpha", header_name="X-Agent", header_value="a"),))
     exporter = Exporter(Config(gpu=GpuConfig(enabled=False), host=HostConfig(enabled=False),
                                engines=(table,)))
@@ -105,9 +108,10 @@ def test_the_feeds_bracket_holds_as_gap_and_is_narrow(
     timeline = Timeline()
 
     async def scenario() -> tuple[dict, dict, dict, list[str], dict]:
-        async with feed_exporter(engine, feed) as fed, \
-                solo_exporter(engine, "sglang", engine.metrics_dir) as files, \
-                solo_exporter(engine, "sglang") as scraped, agent_session() as session:
+        async with exporter_of(engine, feed, metrics_dir=True) as fed, \
+                exporter_of(engine, "off", metrics_dir=True) as files, \
+                exporter_of(engine, "off", metrics_dir=False) as scraped, \
+                agent_session() as session:
             async with timeline.watching():
                 b_done = asyncio.Event()
                 a = asyncio.create_task(agent_stream(

@@ -174,8 +174,10 @@ class EngineSource:
         """Subscribe to the forward-pass feed where the engine publishes it: the
         configured base name, or the one /server_info gives
         (docs/stall-tracker.md#the-forward-pass-feed)."""
-        base = self.config.forward_pass_metrics_ipc or info.forward_pass_feed or ""
         name = self.config.name
+        if self.config.forward_pass_metrics_ipc == "off":
+            return None
+        base = self.config.forward_pass_metrics_ipc or info.forward_pass_feed or ""
         if not base:
             if info.forward_pass_feed == "":
                 log.warning("engine %s: the forward-pass feed is on but /server_info names no "

@@ -200,3 +200,15 @@ def test_the_longest_prefill_run_leaves_the_window():
     feed.t += 61.0
     feed.run("decode", 1)
     assert feed.stalls.figures(feed.t).longest_prefill_run.passes == 0
+
+
+def test_server_info_names_the_feed_only_while_it_is_on():
+    from exporter.daemon.engines.info import EngineInfo, sglang_info
+
+    on = {"version": "0.5.23", "enable_forward_pass_metrics": True,
+          "forward_pass_metrics_ipc_name": "ipc:///run/sglang/fpm", "dp_size": 1}
+    assert sglang_info(on).forward_pass_feed == "ipc:///run/sglang/fpm"
+    assert sglang_info({**on, "forward_pass_metrics_ipc_name": None}).forward_pass_feed == ""
+    assert sglang_info({**on, "enable_forward_pass_metrics": False}).forward_pass_feed is None
+    # Not labels of rig_engine_info.
+    assert "forward_pass_feed" not in EngineInfo.labels() and "dp_size" not in EngineInfo.labels()
