@@ -28,7 +28,7 @@ from dashboards.panels import (
     targets,
     timeseries,
 )
-from exporter.thresholds import Thresholds
+from exporter.thresholds import SCHEDULER_CPU_SHORT_RATIO, Thresholds
 
 
 def worst(expr: str) -> str:
@@ -145,6 +145,52 @@ def build(t: Thresholds) -> Dashboard:
             ),
             alerts=("RigQueueHeadOfLine", "RigDecodeStarvation"),
             w=12, h=6,
+        ),
+    ])
+    by_engine = "sum by (job, instance, rig, engine)"
+    busy = (f"({by_engine} ({rate('rig_engine_scheduler_stage_seconds_total')})"
+            f" - {by_engine} ({rate('rig_engine_scheduler_idle_seconds_total')}))")
+    scheduler = Section("Scheduler", [
+        timeseries(
+            "Scheduler CPU per busy second",
+            "CPU-seconds SGLang's schedulers got per second they had work (their CPU over"
+            " their loop time less their idle time, every TP rank's scheduler added on both"
+            " sides; SGLang 0.5.23 on). A busy scheduler runs its loop on one thread: about"
+            f" 1 is a core of its own; under {SCHEDULER_CPU_SHORT_RATIO:g} (dashed) it waited"
+            " as long as it worked, for a CPU or asleep on the device. The counters move at"
+            " most once a second and not through one long forward pass.",
+            "short",
+            targets((f"{by_engine} ({rate('rig_engine_scheduler_cpu_seconds_total')})"
+                     f" / ({busy} > 0)", "{{engine}} CPU per busy second")),
+            thresholds=falling_steps(("orange", SCHEDULER_CPU_SHORT_RATIO)),
+            min_value=0, w=8, h=6,
+        ),
+        timeseries(
+            "Scheduler loop time by stage",
+            "Where the schedulers' loop time goes, per second, by SGLang's exclusive stage"
+            " (run_batch, process_batch_result, get_next_batch_to_run, ..., idle), every TP"
+            " rank's scheduler added: 2 s a second on TP 2.",
+            "short",
+            targets((f"sum by (job, instance, rig, engine, stage) "
+                     f"({rate('rig_engine_scheduler_stage_seconds_total')})",
+                     "{{engine}} {{stage}}")),
+            stack=True, min_value=0, w=8, h=6,
+        ),
+        timeseries(
+            "Forward passes by kind (SGLang's per-pass feed)",
+            "Forward passes per second as the scheduler's feed reports them, by kind"
+            " (prefill, decode, mixed, idle heartbeats), and the longest run of prefill-only"
+            f" passes in the last {t.decode_stall_window_seconds} s: decode held back at least"
+            " that long. Absent unless the stall tracker reads the feed.",
+            "short",
+            targets(
+                (f"sum by (job, instance, rig, engine, pass_kind) "
+                 f"({rate('rig_engine_decode_stall_feed_passes_total')})",
+                 "{{engine}} {{pass_kind}} passes/s"),
+                (worst(sel("rig_engine_decode_stall_prefill_run_max_seconds")),
+                 "{{engine}} longest prefill-only run (s)"),
+            ),
+            min_value=0, w=8, h=6,
         ),
     ])
     engine = Section("Engine", [
@@ -275,7 +321,7 @@ def build(t: Thresholds) -> Dashboard:
         UIDS["decode"],
         "Token gaps from the stream tap, the probe and the stall tracker, on one time axis"
         " with decode batches and the scheduler's queue; TTFT and ITL quantiles.",
-        [latency, gaps, engine, speculative, llamacpp],
+        [latency, gaps, engine, speculative, llamacpp, scheduler],
     )
 
 

@@ -213,6 +213,12 @@ class EngineConfig(Table):
         "SGLang's `PROMETHEUS_MULTIPROC_DIR`, an existing directory: the tracker then reads "
         "its files instead of `/metrics` ([where the counters come "
         "from](stall-tracker.md#where-the-counters-come-from))")] = ""
+    # SGLang's --forward-pass-metrics-ipc-name (the scheduler binds PATH.<dp_rank>).
+    forward_pass_metrics_ipc: Annotated[str, Doc(
+        "the base name given to SGLang's `--forward-pass-metrics-ipc-name` (`ipc://PATH`): "
+        "the tracker subscribes to its [per-pass feed](stall-tracker.md#the-forward-pass-feed); "
+        "`off`: never subscribe", default="the name `/server_info` gives, if the feed is on")
+    ] = ""
     tap_listen_address: Annotated[str, Doc(
         "`HOST:PORT` of the [stream tap](tap.md) for this engine; a bare port (`30001`, "
         f"`:30001`) means {TAP_DEFAULT_HOST}")] = ""
@@ -235,6 +241,12 @@ class EngineConfig(Table):
         if self.metrics_dir and not os.path.isdir(self.metrics_dir):
             raise ConfigError(f"{key}.metrics_dir", self.metrics_dir,
                               "is not a directory (SGLang's PROMETHEUS_MULTIPROC_DIR)")
+        ipc = self.forward_pass_metrics_ipc
+        # SGLang appends `.<dp_rank>` to the name, which only an ipc:// path can take.
+        if ipc not in ("", "off") and (not ipc.startswith("ipc://") or ipc == "ipc://"):
+            raise ConfigError(f"{key}.forward_pass_metrics_ipc", ipc,
+                              "expected ipc://PATH, the name given to SGLang's "
+                              "--forward-pass-metrics-ipc-name, or off")
         return replace(self, url=url, tap_listen_address=_tap_address(
             f"{key}.tap_listen_address", self.tap_listen_address))
 

@@ -35,6 +35,17 @@ MIB = 1024 * 1024
 #: what is measured, not a condition of a rule, so not a key of the table.
 MIN_STALL_SECONDS = 1.0
 
+#: A busy SGLang scheduler runs its loop on one thread: one CPU-second per second of
+#: work is what it can use (more only with threads of its own, such as torch's on the
+#: CPU device). Under half of that, as `rigctl doctor` reads SGLang's
+#: scheduler_process_cpu_seconds_total over its stage seconds less its idle seconds,
+#: is clearly less than a core: it spent as long waiting (for a CPU, or asleep on the
+#: device) as working (docs/metrics.md#the-schedulers-cpu). A diagnosis, not a rule's.
+SCHEDULER_CPU_SHORT_RATIO = 0.5
+#: Busy scheduler seconds the doctor needs in its watch before it judges: the counters
+#: move at most once a second, at loop events.
+SCHEDULER_CPU_MIN_BUSY_SECONDS = 3.0
+
 
 @dataclass(frozen=True)
 class Thresholds:

@@ -218,3 +218,27 @@ class TestKeptReadingsAndRepeats:
     def test_bad_values_name_the_key(self, table: str, key: str, value: object) -> None:
         with pytest.raises(ConfigError, match=rf"{table}\.{key}"):
             load_config({table: {key: value}})
+
+
+class TestForwardPassFeed:
+    """`[[engine]] forward_pass_metrics_ipc`: SGLang's per-pass feed
+    (docs/stall-tracker.md#the-forward-pass-feed)."""
+
+    def test_an_ipc_base_name_is_taken_from_the_file_and_the_flag(self) -> None:
+        raw = {"engine": [{"name": "main", "url": "http://127.0.0.1:30000",
+                           "forward_pass_metrics_ipc": "ipc:///run/sglang/fpm"}]}
+        assert load_config(raw).engines[0].forward_pass_metrics_ipc == "ipc:///run/sglang/fpm"
+        config = config_for(["--engine", "main=http://127.0.0.1:30000,"
+                             "forward_pass_metrics_ipc=ipc:///run/sglang/fpm"])
+        assert config.engines[0].forward_pass_metrics_ipc == "ipc:///run/sglang/fpm"
+        assert load_config({"engine": [{"name": "m", "url": "http://h:1"}]}
+                           ).engines[0].forward_pass_metrics_ipc == ""
+        off = {"engine": [{"name": "m", "url": "http://h:1", "forward_pass_metrics_ipc": "off"}]}
+        assert load_config(off).engines[0].forward_pass_metrics_ipc == "off"
+
+    @pytest.mark.parametrize("endpoint", ["tcp://127.0.0.1:5557", "/run/sglang/fpm", "ipc://"])
+    def test_anything_but_an_ipc_path_is_one_clear_error(self, endpoint: str) -> None:
+        raw = {"engine": [{"name": "main", "url": "http://127.0.0.1:30000",
+                           "forward_pass_metrics_ipc": endpoint}]}
+        with pytest.raises(ConfigError, match=r"engine\[0\]\.forward_pass_metrics_ipc.*ipc://PATH"):
+            load_config(raw)

@@ -96,8 +96,12 @@ def test_every_variable_has_values(stack: Stack) -> None:
 # last prompt, say); the healthy rig's agents may not have sent one yet, and their
 # tiles then say "no agents". A query on such a family is judged once it has samples.
 # So are llama.cpp's own families (docs/metrics.md#llamacpp-slots) on the live stack's
-# SGLang rig: tests/sim/test_llamacpp_front.py reads them from a llama.cpp rig.
-AGENT_FAMILY = re.compile(r"\brig_agent_[a-z_]+|\brig_engine_(?:slot_[a-z_]+|decode_calls_total)")
+# SGLang rig: tests/sim/test_llamacpp_front.py reads them from a llama.cpp rig. So are
+# the forward-pass feed's (docs/stall-tracker.md#the-forward-pass-feed), which the
+# simulated SGLang does not publish: tests/daemon/engines/stall/test_feed_process.py
+# reads them from a publisher of the feed.
+AGENT_FAMILY = re.compile(r"\brig_agent_[a-z_]+|\brig_engine_(?:slot_[a-z_]+|decode_calls_total"
+                          r"|decode_stall_feed_[a-z_]+|decode_stall_prefill_run_[a-z_]+)")
 
 
 def _samples_of_every_agent_family(expr: str, exported: str) -> bool:

@@ -27,6 +27,7 @@ from exporter.daemon.engines.mapping import TABLES
 from exporter.daemon.engines.probe import ProbeReading
 from exporter.daemon.engines.slots import Slot
 from exporter.daemon.engines.source import EngineReading
+from exporter.daemon.engines.stall.feed_stalls import FeedFigures
 from exporter.daemon.engines.stall.tracker import StallState
 from exporter.schema import ENGINE_LABELS
 
@@ -47,6 +48,24 @@ DOCS = {
     "hicache_storage_prefetched_tokens_total": "Tokens prefetched from storage (L3) to host.",
     "hicache_storage_written_tokens_total": "Tokens written from host (L2) to storage (L3).",
     "retracted_requests_total": "Requests retracted (preempted) to free KV space.",
+    "hicache_dropped_tokens_total": "Device (L1) KV tokens destroyed without a host backup, "
+                                    "by reason.",
+    "hicache_storage_prefetch_hit_tokens_total": "Tokens a storage (L3) query found for a "
+                                                 "prefetch.",
+    "hicache_storage_prefetch_unfulfilled_tokens_total": "Storage (L3) hit tokens that did "
+                                                         "not become a usable prefetch, by "
+                                                         "reason.",
+    "hicache_backed_up_bytes_total": "Bytes backed up from GPU (L1) to host (L2), all ranks.",
+    "hicache_loaded_back_bytes_total": "Bytes loaded back from host (L2) to GPU (L1), all "
+                                       "ranks.",
+    "hicache_backup_duration_seconds": "Time of each GPU-to-host (L1 to L2) backup copy.",
+    "hicache_load_back_duration_seconds": "GPU-stream time of each host-to-GPU (L2 to L1) "
+                                          "load-back copy.",
+    "scheduler_cpu_seconds_total": "CPU time of the scheduler processes, every thread, all "
+                                   "TP ranks added (flushed at most once a second).",
+    "scheduler_idle_seconds_total": "Wall time the schedulers had no work, all TP ranks added.",
+    "scheduler_stage_seconds_total": "Scheduler loop wall time by exclusive stage (SGLang's "
+                                     "category), all TP ranks added.",
     "decode_batches_total": "Decode batches run (forward passes in decode mode).",
     "decode_calls_total": "Forward passes (llama.cpp's llama_decode() calls): every batch, "
                           "prompt chunks included.",
@@ -93,7 +112,7 @@ def _(reading: EngineReading) -> Iterator[Metric]:
             family.add_metric(ids, metrics.values[rule.family])
             yield family
         elif rule.family in metrics.tiers:
-            family = counter(name, doc, [*ENGINE_LABELS, "tier"])
+            family = counter(name, doc, [*ENGINE_LABELS, rule.label])
             for tier, value in metrics.tiers[rule.family].items():
                 family.add_metric([*ids, tier], value)
             yield family
@@ -129,6 +148,35 @@ def _(reading: EngineReading) -> Iterator[Metric]:
                      [*ENGINE_LABELS, "plan", "progress", "in_flight"])
         info.add_metric([*ids, plan.name, plan.progress, plan.in_flight], 1.0)
         yield info
+    if reading.feed is not None and reading.stall is not None:
+        yield from _feed_families(ids, reading.feed, reading.stall.window_seconds)
+
+
+def _feed_families(ids: list[str], feed: FeedFigures, window_seconds: float) -> Iterable[Metric]:
+    """SGLang's forward-pass feed, while it is the stall tracker's plan
+    (docs/stall-tracker.md#the-forward-pass-feed)."""
+    passes = counter("engine_decode_stall_feed_passes_total",
+                     "Forward passes the scheduler's feed reported, by pass_kind: prefill, "
+                     "decode, mixed (both), idle (heartbeats).",
+                     [*ENGINE_LABELS, "pass_kind"])
+    for kind, count in feed.passes.items():
+        passes.add_metric([*ids, kind], count)
+    dropped = counter("engine_decode_stall_feed_dropped_messages_total",
+                      "Feed messages missing from its sequence numbers; the stall bounds "
+                      "around each are widened.", ENGINE_LABELS)
+    dropped.add_metric(ids, feed.dropped)
+    window = f"{window_seconds:g} s"
+    run = feed.longest_prefill_run
+    seconds = gauge("engine_decode_stall_prefill_run_max_seconds",
+                    f"Device time of the longest run of prefill-only passes in the last "
+                    f"{window} (one under way included): decode held back that long at "
+                    "least.", ENGINE_LABELS)
+    seconds.add_metric(ids, run.seconds)
+    count = gauge("engine_decode_stall_prefill_run_max_passes",
+                  f"Passes in that run (the longest prefill-only run in the last {window}).",
+                  ENGINE_LABELS)
+    count.add_metric(ids, run.passes)
+    yield from (passes, dropped, seconds, count)
 
 
 def _slot_families(ids: list[str], slots: list[Slot]) -> Iterable[Metric]:

@@ -43,11 +43,20 @@ class EngineInfo:
     decode_log_interval: str = ""
     #: Not a label: rig_engine_context_length_tokens. None where the engine does not say.
     context_length_tokens: int | None = None
+    #: Not a label: the forward-pass feed's base name (`forward_pass_metrics_ipc_name`)
+    #: while `enable_forward_pass_metrics` is on; "" when on without a name (the
+    #: scheduler then binds a temporary file /server_info does not give); None: off.
+    forward_pass_feed: str | None = None
+    #: Not a label: `dp_size`, the feed's ranks. None where the engine does not say.
+    dp_size: int | None = None
 
     @classmethod
     def labels(cls) -> tuple[str, ...]:
         """The fields that are rig_engine_info's labels."""
-        return tuple(n for n in cls.__dataclass_fields__ if n != "context_length_tokens")
+        return tuple(n for n in cls.__dataclass_fields__ if n not in _NOT_LABELS)
+
+
+_NOT_LABELS = frozenset({"context_length_tokens", "forward_pass_feed", "dp_size"})
 
 
 async def fetch_info(session: aiohttp.ClientSession, base_url: str, kind: str) -> EngineInfo:
@@ -103,6 +112,9 @@ def sglang_info(server: dict[str, Any]) -> EngineInfo:
         speculative=_text(server.get("speculative_algorithm")),
         decode_log_interval=_text(server.get("decode_log_interval")),
         context_length_tokens=_tokens(server.get("context_length")),
+        forward_pass_feed=(str(server.get("forward_pass_metrics_ipc_name") or "")
+                           if server.get("enable_forward_pass_metrics") is True else None),
+        dp_size=_tokens(server.get("dp_size")),
     )
 
 

@@ -23,6 +23,8 @@ class Upstream:
     #: label reads as "".
     where: Mapping[str, str] = field(default_factory=dict)
     #: The label whose values name the cache tier, and (regex, tier) pairs for it.
+    #: With no pairs, the label's own value is the rig label's (SGLang's `reason`,
+    #: `category`), an empty one dropped.
     tier_label: str | None = None
     tiers: tuple[tuple[str, str], ...] = ()
     #: The tier of every sample, for families with no tier label.
@@ -53,6 +55,11 @@ class Rule:
     #: Add up every source the engine exposes instead of taking the first: llama.cpp
     #: counts processed and cached prompt tokens in two families.
     add_sources: bool = False
+    #: Each TP rank counts its own share (its own scheduler process, its own KV
+    #: shard's bytes): the ranks add up instead of repeating one value.
+    add_tp_ranks: bool = False
+    #: The name of the rig label `tier_label` feeds.
+    label: str = "tier"
 
 
 @dataclass(frozen=True)
@@ -129,7 +136,43 @@ SGLANG = EngineTable(
         Rule("hicache_storage_prefetched_tokens_total", "counter",
              _one("prefetched_tokens_total")),
         Rule("hicache_storage_written_tokens_total", "counter", _one("backuped_tokens_total")),
+        # 0.5.23's newer HiCache families (srt/observability/metrics_collector.py,
+        # docs/metrics.md#engine-metrics). Tokens destroyed without a host
+        # backup, by reason (host_pressure, write_through_unbacked_eviction): what
+        # evicted_tokens_total less hicache_backup_tokens_total only estimates. The
+        # pool label is always kv; every TP rank counts the same logical tokens.
+        Rule("hicache_dropped_tokens_total", "counter",
+             _one("hicache_dropped_tokens_total", tier_label="reason"), label="reason"),
+        # Storage (L3) prefetch outcomes: hit tokens an L3 query returned, and those
+        # that did not become a usable prefetch, by reason (deadline, host_capacity, ...).
+        Rule("hicache_storage_prefetch_hit_tokens_total", "counter",
+             _one("storage_prefetch_hit_tokens_total")),
+        Rule("hicache_storage_prefetch_unfulfilled_tokens_total", "counter",
+             _one("storage_prefetch_unfulfilled_tokens_total", tier_label="reason"),
+             label="reason"),
+        # Bytes moved between GPU and host (L2), all pools: each rank its own KV shard,
+        # so the ranks add up; over the copies' seconds, the active bandwidth.
+        Rule("hicache_backed_up_bytes_total", "counter", _one("hicache_backup_bytes_total"),
+             add_tp_ranks=True),
+        Rule("hicache_loaded_back_bytes_total", "counter", _one("load_back_bytes_total"),
+             add_tp_ranks=True),
+        Rule("hicache_backup_duration_seconds", "histogram",
+             _one("hicache_backup_duration_seconds")),
+        Rule("hicache_load_back_duration_seconds", "histogram",
+             _one("load_back_duration_seconds")),
         Rule("retracted_requests_total", "counter", _one("num_retracted_requests_total")),
+        # The scheduler's own time (0.5.23 metrics_reporter.py _record_scheduler_time,
+        # flushed at most once a second, at loop events): CPU of its process, all
+        # threads; wall time with no work; loop wall time by exclusive stage. Each TP
+        # rank is a scheduler process of its own, so the ranks add up
+        # (docs/metrics.md#the-schedulers-cpu).
+        Rule("scheduler_cpu_seconds_total", "counter",
+             _one("scheduler_process_cpu_seconds_total"), add_tp_ranks=True),
+        Rule("scheduler_idle_seconds_total", "counter",
+             _one("scheduler_idle_seconds_total"), add_tp_ranks=True),
+        Rule("scheduler_stage_seconds_total", "counter",
+             _one("scheduler_stage_seconds_total", tier_label="category"),
+             add_tp_ranks=True, label="stage"),
         _SGLANG_DECODE_BATCHES,
         Rule("time_to_first_token_seconds", "histogram", _one("time_to_first_token_seconds")),
         # Renamed like vLLM's (docs/facts/sglang.md#names-and-prefixes).

@@ -62,11 +62,12 @@ def normalise(exposition: Exposition, table: EngineTable, tp_size: int = 1) -> E
             if histogram is not None:
                 metrics.histograms[rule.family] = histogram
         elif upstream.tier_label is not None or upstream.fixed_tier is not None:
-            tiers = _aggregate(samples, rule.combine, lambda s, u=upstream: _tier(u, s))
+            tiers = _aggregate(samples, rule.combine, lambda s, u=upstream: _tier(u, s),
+                               _replicas(rule))
             if tiers:
                 metrics.tiers[rule.family] = {tier: tiers[tier] for tier in sorted(tiers)}
         else:
-            total = _aggregate(samples, rule.combine, lambda s: "")
+            total = _aggregate(samples, rule.combine, lambda s: "", _replicas(rule))
             if total:
                 value = total[""]
                 if rule.per_tp_rank and tp_size > 1 and not any(
@@ -159,15 +160,22 @@ def _regex(pattern: str) -> re.Pattern[str]:
     return re.compile(pattern)
 
 
+def _replicas(rule: Rule) -> frozenset[str]:
+    return REPLICA_LABELS - {"tp_rank"} if rule.add_tp_ranks else REPLICA_LABELS
+
+
 def _tier(upstream: Upstream, sample: Sample) -> str | None:
     if upstream.fixed_tier is not None:
         return upstream.fixed_tier
     raw = sample.labels.get(upstream.tier_label or "", "")
+    if not upstream.tiers:
+        return raw or None
     return next((tier for pattern, tier in upstream.tiers if _regex(pattern).fullmatch(raw)),
                 None)
 
 
-def _aggregate(samples: list[Sample], combine: str, key_of) -> dict[str, float]:
+def _aggregate(samples: list[Sample], combine: str, key_of,
+               replicas: frozenset[str] = REPLICA_LABELS) -> dict[str, float]:
     """Max over replica ranks within each group, then `combine` the groups per key."""
     groups: dict[tuple, tuple[str, float]] = {}
     for sample in samples:
@@ -176,7 +184,7 @@ def _aggregate(samples: list[Sample], combine: str, key_of) -> dict[str, float]:
             continue
         value = sample.value
         group = (sample.name, tuple(sorted((k, v) for k, v in sample.labels.items()
-                                           if k not in REPLICA_LABELS)))
+                                           if k not in replicas)))
         previous = groups.get(group)
         if previous is None or value > previous[1]:
             groups[group] = (key, value)

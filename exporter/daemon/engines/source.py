@@ -26,6 +26,8 @@ from exporter.daemon.engines.mapping import TABLES
 from exporter.daemon.engines.normalise import EngineMetrics, normalise, wanted_names
 from exporter.daemon.engines.slots import Slot, parse_slots
 from exporter.daemon.engines.stall.evidence import Evidence, ServerFlags
+from exporter.daemon.engines.stall.feed_stalls import FeedFigures
+from exporter.daemon.engines.stall.feed_watch import FeedWatch
 from exporter.daemon.engines.stall.planner import Planner
 from exporter.daemon.engines.stall.plans import SignalPlan
 from exporter.daemon.engines.stall.readers import (
@@ -67,6 +69,8 @@ class EngineReading:
     #: Whether the stall tracker sees, and why not; None where none runs (turned
     #: off, or an engine kind it does not read).
     stall_tracker: TrackerStatus | None = None
+    #: What SGLang's forward-pass feed says beyond stalls, while it is the plan.
+    feed: FeedFigures | None = None
 
 
 class EngineSource:
@@ -85,6 +89,7 @@ class EngineSource:
         # A body spoilt in a new way each scrape is one condition, told once an interval.
         self._conditions = Conditions(log, up="{subject}: fine again")
         self._stall_reader: CounterReader[object] | None = None
+        self._feed: FeedWatch | None = None
         # llama.cpp's /slots, shared by the stall tracker and the scrapes.
         self.slots_body = MetricsBody(self._get_slots) if config.kind == "llamacpp" else None
         #: Why the tracker does not poll yet (or ever), while it does not.
@@ -124,6 +129,8 @@ class EngineSource:
                     await task
         if self._stall_reader is not None:
             self._stall_reader.close()
+        if self._feed is not None:
+            await self._feed.close()
         for body in (self.body, self.slots_body):
             if body is not None:
                 body.close()
@@ -156,10 +163,38 @@ class EngineSource:
         else:
             reader = MetricsReader(self.body, interval)
         self._stall_reader = reader
-        self.stall = StallPoller(reader, planner, window_seconds=self.config.stall_window_seconds)
+        self._feed = self._start_feed(info)
+        self.stall = StallPoller(reader, planner, window_seconds=self.config.stall_window_seconds,
+                                 feed=self._feed)
         log.info("engine %s: stall tracker on SGLang %s reads %s", self.config.name,
                  info.version, reader.how)
         await self.stall.run()
+
+    def _start_feed(self, info: EngineInfo) -> FeedWatch | None:
+        """Subscribe to the forward-pass feed where the engine publishes it: the
+        configured base name, or the one /server_info gives
+        (docs/stall-tracker.md#the-forward-pass-feed)."""
+        name = self.config.name
+        if self.config.forward_pass_metrics_ipc == "off":
+            return None
+        base = self.config.forward_pass_metrics_ipc or info.forward_pass_feed or ""
+        if not base:
+            if info.forward_pass_feed == "":
+                log.warning("engine %s: the forward-pass feed is on but /server_info names no "
+                            "endpoint (the scheduler bound a temporary file): give SGLang "
+                            "--forward-pass-metrics-ipc-name ipc://PATH, or set "
+                            "forward_pass_metrics_ipc", name)
+            return None
+        if (info.dp_size or 1) > 1:
+            log.warning("engine %s: dp_size %s: the forward-pass feed is read for one data-"
+                        "parallel rank only; the stall tracker keeps its counter plan",
+                        name, info.dp_size)
+            return None
+        feed = FeedWatch(base, name, self.config.stall_window_seconds)
+        feed.start()
+        log.info("engine %s: stall tracker subscribes to the forward-pass feed %s",
+                 name, feed.endpoint)
+        return feed
 
     async def _track_slots(self) -> None:
         """llama.cpp: one plan, from /slots (docs/stall-tracker.md#llamacpp)."""
@@ -234,11 +269,13 @@ class EngineSource:
         self._log_problems(tuple(metrics.problems))
         stall = self.stall.state() if self.stall is not None else None
         tracking = self.stall if stall is not None else None
+        feed = (self._feed.figures(time.monotonic()) if tracking is not None
+                and self._feed is not None and tracking.feed_live() else None)
         return EngineReading(
             self.config.kind, self.config.name, metrics, self._info, stall,
             tracking.resolution_seconds() if tracking is not None else None,
-            tracking.planner.plan if tracking is not None else None,
-            await self._read_slots(), self.stall_status())
+            tracking.plan if tracking is not None else None,
+            await self._read_slots(), self.stall_status(), feed)
 
     def _tp_size(self) -> int:
         try:

@@ -31,6 +31,7 @@ from exporter.process.ctrl_c import run_interruptible
 from exporter.rigctl.doctor.context import NEEDS_CONFIG, Context
 from exporter.rigctl.doctor.report import Check, fail, ok, plural, skip, warn
 from exporter.schema import engine_source
+from exporter.thresholds import SCHEDULER_CPU_MIN_BUSY_SECONDS, SCHEDULER_CPU_SHORT_RATIO
 
 #: The counters compared between metrics_dir and /metrics: they only grow, so the
 #: engine's value must lie between two readings of the files taken around it.
@@ -42,7 +43,7 @@ def engine_checks(c: Context) -> list[Check]:
     out = _configured(c)
     for name in c.watch.engines():
         out += [_version(c, name), _stall_plan(c, name), _decode_progress(c, name),
-                _tap_bypass(c, name), _metrics_dir(c, name)]
+                _scheduler_cpu(c, name), _tap_bypass(c, name), _metrics_dir(c, name)]
     return out
 
 
@@ -174,6 +175,41 @@ def _decode_progress(c: Context, name: str) -> Check:
                 f"{load}{tracked}: a stall now, or a running gauge that stays up after "
                 "requests end (SGLang before 0.5.16 refreshes it every 30 s when idle)",
                 "run `rigctl health`; rerun with --probe to tell the two apart")
+
+
+def _scheduler_cpu(c: Context, name: str) -> Check:
+    """The CPU SGLang's schedulers got per second of work while requests ran
+    (docs/metrics.md#the-schedulers-cpu): the three counters are flushed together, so
+    their deltas cover the same spans of the loop."""
+    w = c.watch
+    cpu = w.delta("rig_engine_scheduler_cpu_seconds_total", engine=name)
+    idle = w.delta("rig_engine_scheduler_idle_seconds_total", engine=name)
+    stages = {s.labels.get("stage", ""): s.value
+              for s in w.last.all("rig_engine_scheduler_stage_seconds_total", engine=name)}
+    before = {s.labels.get("stage", ""): s.value
+              for s in w.first.all("rig_engine_scheduler_stage_seconds_total", engine=name)}
+    if cpu is None or idle is None or not stages:
+        return skip("scheduler_cpu", name, f"{name}: the exporter exports no scheduler CPU "
+                    "counters for this engine (SGLang 0.5.23 on, with --enable-metrics)")
+    moved = {stage: value - before.get(stage, 0.0) for stage, value in stages.items()}
+    busy = sum(moved.values()) - idle
+    running = w.peak("rig_engine_running_requests", engine=name) or 0.0
+    if not running or busy < SCHEDULER_CPU_MIN_BUSY_SECONDS:
+        return skip("scheduler_cpu", name, f"{name}: {busy:.1f} busy scheduler seconds "
+                    f"counted in the {w.seconds:.1f} s watched, {running:.0f} running: too "
+                    f"little to judge (the counters move at most once a second)",
+                    "rerun while the agents work, or with a longer --watch")
+    share = cpu / busy
+    work = {k: v for k, v in moved.items() if k != "idle"}
+    most = max(work, key=lambda k: work[k]) if work else "?"
+    detail = (f"{name}: the schedulers got {share:.2f} CPU-seconds per busy second "
+              f"({cpu:.1f} s of CPU over {busy:.1f} busy s; most in {most})")
+    if share < SCHEDULER_CPU_SHORT_RATIO:
+        return warn("scheduler_cpu", name, f"{detail}: clearly less than a core while "
+                    "requests ran and it was not idle", "see the runbook's 'A scheduler "
+                    "short of CPU': other processes on its cores, or a scheduler asleep "
+                    "on the device")
+    return ok("scheduler_cpu", name, detail)
 
 
 def _tap_bypass(c: Context, name: str) -> Check:

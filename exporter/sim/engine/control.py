@@ -19,7 +19,10 @@ nothing. Calls from an address other than 127.0.0.1 or ::1 get 403.
                                       storage_written_tokens, retracted_requests
                                       (null: the family is absent),
                                       spec_accept_length, spec_accept_rate (0:
-                                      speculative decoding off)
+                                      speculative decoding off),
+                                      scheduler_cpu_share (CPU-seconds per busy
+                                      scheduler second), dropped_tokens and
+                                      prefetch_unfulfilled_tokens ({reason: tokens})
     POST /sim/pause-decode {"seconds": 47}
                                       no decode batch for that many simulated seconds
     POST /sim/requests     {"prompt_tokens": 65536, "max_new_tokens": 256,
@@ -58,7 +61,10 @@ SETTABLE: dict[str, bool] = {
     "evicted_tokens": True, "loaded_back_tokens": True, "backed_up_tokens": True,
     "storage_prefetched_tokens": True, "storage_written_tokens": True,
     "retracted_requests": True, "spec_accept_length": False, "spec_accept_rate": False,
+    "scheduler_cpu_share": False,
 }
+#: Fields /sim/set takes as {reason: tokens}.
+BY_REASON = {"dropped_tokens", "prefetch_unfulfilled_tokens"}
 INTEGERS = {"running", "queued", "prefill_batches"}
 POLICY_FIELDS = {f.name: f.type for f in dataclasses.fields(Policy)}
 
@@ -161,9 +167,15 @@ class Control:
                 changes[key] = value
             elif key in SETTABLE:
                 changes[key] = _number(key, value, nullable=SETTABLE[key])
+            elif key in BY_REASON:
+                if not isinstance(value, dict):
+                    raise ControlError(f"{key} is an object of reason: tokens")
+                changes[key] = {str(reason): _number(f"{key}.{reason}", tokens,
+                                                     nullable=False)
+                                for reason in value for tokens in (value[reason],)}
             else:
                 raise ControlError(f"cannot set {key!r}; settable: fault, wedged, "
-                                   + ", ".join(SETTABLE))
+                                   + ", ".join([*SETTABLE, *sorted(BY_REASON)]))
         for key, value in changes.items():  # all checked first: a bad call changes nothing
             setattr(self.state, key, value)
         return self.describe({})

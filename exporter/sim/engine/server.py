@@ -67,6 +67,10 @@ class Block:
 
 
 def load_template(path: Path = TEMPLATE) -> list[Block]:
+    return with_storage_prefetch(_read_template(path))
+
+
+def _read_template(path: Path) -> list[Block]:
     blocks: list[Block] = []
     for line in path.read_text().splitlines():
         if line.startswith("# HELP "):
@@ -94,6 +98,15 @@ def _keyed(label: str, values_of: Callable[[SimEngine], dict[str, float]]) -> Re
         name, base = template[0]
         return [(name, {**base, label: key}, value)
                 for key, value in sorted(values_of(state).items())]
+    return render
+
+
+def _keyed_per_rank(label: str, values_of: Callable[[SimEngine], dict[str, float]]) -> Renderer:
+    """One sample per template sample (rank) and key of a state dict."""
+    def render(state: SimEngine, template: list[tuple[str, Labels]]):
+        values = sorted(values_of(state).items())
+        return [(name, {**labels, label: key}, value)
+                for name, labels in template for key, value in values]
     return render
 
 
@@ -157,7 +170,50 @@ DRIVEN: dict[str, Renderer] = {
     "sglang:spec_accept_rate": _each(lambda s, _: s.spec_accept_rate),
     "sglang:prefetched_tokens_total": _storage(lambda s: s.storage_prefetched_tokens),
     "sglang:backuped_tokens_total": _storage(lambda s: s.storage_written_tokens),
+    # 0.5.23's scheduler time (exporter/sim/engine/scheduler_time.py), every rank's own.
+    "sglang:scheduler_process_cpu_seconds_total": _each(
+        lambda s, _: s.scheduler_time.shown.get("cpu")),
+    "sglang:scheduler_idle_seconds_total": _each(lambda s, _: s.scheduler_time.shown.get("idle")),
+    "sglang:scheduler_stage_seconds_total": _each(
+        lambda s, labels: s.scheduler_time.stage(labels["category"])),
+    # The newer HiCache families: there with HiCache on, driven by its traffic.
+    "sglang:hicache_dropped_tokens_total": _each(
+        lambda s, labels: s.dropped_tokens.get(labels["reason"], 0.0)
+        if s.hicache_host_total_tokens is not None else None),
+    "sglang:load_back_bytes_total": _each(lambda s, _: s.hicache_bytes(s.loaded_back_tokens)),
+    "sglang:hicache_backup_bytes_total": _each(lambda s, _: s.hicache_bytes(s.backed_up_tokens)),
+    "sglang:load_back_duration_seconds": _histogram(
+        None, lambda s: {"": s.load_back_seconds} if s.load_back_seconds else {}),
+    "sglang:hicache_backup_duration_seconds": _histogram(
+        None, lambda s: {"": s.backup_seconds} if s.backup_seconds else {}),
+    "sglang:storage_prefetch_hit_tokens_total": _storage(lambda s: s.storage_prefetch_hits()),
+    "sglang:storage_prefetch_unfulfilled_tokens_total": _keyed_per_rank(
+        "reason", lambda s: s.prefetch_unfulfilled()),
 }
+
+#: 0.5.23 storage families the template's captures lack (srt/observability/
+#: metrics_collector.py, the storage collector): served on the labels of the captured
+#: `prefetched_tokens_total`, one per TP rank.
+STORAGE_PREFETCH_FAMILIES = (
+    ("sglang:storage_prefetch_hit_tokens_total",
+     "Storage-hit tokens an L3 query returned, before any transfer."),
+    ("sglang:storage_prefetch_unfulfilled_tokens_total",
+     "Storage-hit tokens that did not become a usable prefetch, by reason."),
+)
+
+
+def with_storage_prefetch(blocks: list[Block]) -> list[Block]:
+    """The template's blocks and the storage prefetch families after
+    prefetched_tokens_total, on its samples' labels."""
+    out: list[Block] = []
+    for block in blocks:
+        out.append(block)
+        if block.name != "sglang:prefetched_tokens_total":
+            continue
+        for name, help_text in STORAGE_PREFETCH_FAMILIES:
+            out.append(Block(name, [f"# HELP {name} {help_text}", f"# TYPE {name} counter"],
+                             [(name, labels, "0.0") for _, labels, _ in block.samples]))
+    return out
 
 
 def render_metrics(state: SimEngine, blocks: list[Block]) -> str:

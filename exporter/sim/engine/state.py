@@ -34,6 +34,7 @@ from exporter.sim.engine.scheduler import (
     Scheduler,
     Timings,
 )
+from exporter.sim.engine.scheduler_time import SchedulerTime
 
 #: SGLang 0.5.23 default buckets (observability/metrics_collector.py, read in the wheel).
 ITL_BUCKETS = (0.002, 0.004, 0.006, 0.008, 0.010, 0.015, 0.020, 0.025, 0.030, 0.035,
@@ -180,6 +181,15 @@ class SimEngine:
     storage_prefetched_tokens: float | None = None
     storage_written_tokens: float | None = None
     retracted_requests: float | None = None
+    #: HiCache tokens destroyed without a host backup, by reason (0.5.23
+    #: hicache_dropped_tokens_total; absent until the first): L2 full under write-back.
+    dropped_tokens: dict[str, float] = field(default_factory=dict)
+    #: L3 prefetch tokens that did not become usable, by reason (pre-seeded at 0).
+    prefetch_unfulfilled_tokens: dict[str, float] = field(default_factory=dict)
+    load_back_seconds: Histogram | None = None
+    backup_seconds: Histogram | None = None
+    #: CPU-seconds the schedulers get per busy second (scheduler_time.py).
+    scheduler_cpu_share: float = 0.97
     #: Speculative decoding over the last decode log interval; 0 with it off, as
     #: SGLang writes both (scheduler_components/metrics_reporter.py).
     spec_accept_length: float = 0.0
@@ -213,6 +223,7 @@ class SimEngine:
         self._itl_from = self._advanced_to  # the last synthetic token's time
         self._paused_until = float("-inf")
         self._listeners: list[Listener] = []
+        self.scheduler_time = SchedulerTime()
         self._new_scheduler()
 
     def _new_scheduler(self) -> None:
@@ -285,16 +296,45 @@ class SimEngine:
             return
         for request, tokens in batch.chunks:
             if request.prefilled - tokens == request.cached_tokens:  # its first chunk
-                self.loaded_back_tokens = _plus(self.loaded_back_tokens,
-                                                request.cached.get("host", 0))
+                host = request.cached.get("host", 0)
+                self.loaded_back_tokens = _plus(self.loaded_back_tokens, host)
+                if host:
+                    self._copy_seconds("load_back_seconds").observe(
+                        host * KV_BYTES_PER_TOKEN_PER_RANK / HOST_COPY_BYTES_PER_SECOND)
                 if self.hicache_storage:
                     self.storage_prefetched_tokens = _plus(
                         self.storage_prefetched_tokens, request.cached.get("storage", 0))
             self.backed_up_tokens = _plus(self.backed_up_tokens, tokens)
+            self._copy_seconds("backup_seconds").observe(
+                tokens * KV_BYTES_PER_TOKEN_PER_RANK / HOST_COPY_BYTES_PER_SECOND)
             if self.hicache_storage:
                 self.storage_written_tokens = _plus(self.storage_written_tokens, tokens)
             used = (self.hicache_host_used_tokens or 0) + tokens
             self.hicache_host_used_tokens = min(used, self.hicache_host_total_tokens)
+
+    def _copy_seconds(self, name: str) -> Histogram:
+        histogram = getattr(self, name)
+        if histogram is None:
+            histogram = Histogram(COPY_SECONDS_BUCKETS)
+            setattr(self, name, histogram)
+        return histogram
+
+    def hicache_bytes(self, tokens: float | None) -> float | None:
+        """One rank's bytes for tokens moved: each rank copies its own KV shard."""
+        return None if tokens is None else tokens * KV_BYTES_PER_TOKEN_PER_RANK
+
+    def storage_prefetch_hits(self) -> float | None:
+        """Hit tokens L3 queries returned: those prefetched and those that were not."""
+        if not self.hicache_storage:
+            return None
+        return (self.storage_prefetched_tokens or 0.0) + sum(
+            self.prefetch_unfulfilled_tokens.values())
+
+    def prefetch_unfulfilled(self) -> dict[str, float]:
+        if not self.hicache_storage:
+            return {}
+        return {reason: self.prefetch_unfulfilled_tokens.get(reason, 0.0)
+                for reason in PREFETCH_UNFULFILLED_REASONS}
 
     # What /metrics shows: synthetic load plus the scheduler's.
 
@@ -413,8 +453,11 @@ class SimEngine:
             keyed.clear()
         for name in ("evicted_tokens", "loaded_back_tokens", "backed_up_tokens",
                      "storage_prefetched_tokens", "storage_written_tokens",
-                     "retracted_requests"):
+                     "retracted_requests", "load_back_seconds", "backup_seconds"):
             setattr(self, name, None)
+        self.dropped_tokens.clear()
+        self.prefetch_unfulfilled_tokens.clear()
+        self.scheduler_time = SchedulerTime(self.scheduler_cpu_share)
 
     def finish_request(self, prompt_tokens: int, generated_tokens: int,
                        streaming: bool = True) -> None:
@@ -447,8 +490,16 @@ class SimEngine:
             "version": self.version,
         }
 
+    def scheduler_busy(self) -> bool:
+        """The scheduler has work: requests running, prefilling or waiting."""
+        s = self.scheduler
+        return bool(self._running > 0 or self.queued > 0 or s.running or s.prefilling
+                    or s.admitting or s.waiting)
+
     def _advance(self) -> None:
         now = self.clock()
+        self.scheduler_time.cpu_share = self.scheduler_cpu_share
+        self.scheduler_time.spend(now - self._advanced_to, self.scheduler_busy())
         self.scheduler.run_until(now)
         start, self._advanced_to = self._advanced_to, now
         if now <= start or self._running <= 0:
@@ -466,6 +517,22 @@ class SimEngine:
             elapsed, self._itl_from = now - self._itl_from, now
             self.itl_histogram().observe(elapsed / batches, batches * self._running,
                                          elapsed * self._running)
+
+
+#: Bytes one TP rank copies per token between GPU and host: the capture's
+#: load_back_bytes_total over load_back_tokens_total (and backup's), 131,072.
+KV_BYTES_PER_TOKEN_PER_RANK = 131_072
+#: The capture's bytes over its copies' seconds: about 22 GB/s host to device.
+HOST_COPY_BYTES_PER_SECOND = 22e9
+#: The bounds of both copy histograms in the capture, merged.
+COPY_SECONDS_BUCKETS = (0.001, 0.002, 0.003, 0.004, 0.005, 0.006, 0.007, 0.008, 0.009,
+                        0.01, 0.02, 0.03, 0.04, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 10.0,
+                        30.0, 60.0)
+#: 0.5.23's pre-seeded reasons of storage_prefetch_unfulfilled_tokens_total.
+PREFETCH_UNFULFILLED_REASONS = (
+    "below_threshold", "host_capacity", "device_capacity", "device_covered",
+    "storage_transfer", "deadline", "anchor_lost", "aux_window_trim", "device_overlap",
+    "cache_admission_shortfall", "dropped")
 
 
 def _plus(value: float | None, amount: float) -> float | None:

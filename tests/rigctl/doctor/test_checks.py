@@ -204,3 +204,42 @@ def test_llamacpp_stall_plan_is_read_and_its_absence_names_slots():
     untracked = context(llamacpp_body(False), llamacpp_body(False))
     plan = by_name(engine_checks(untracked), "stall_plan")
     assert plan["status"] == "fail" and "--slots" in plan["fix"], plan
+
+
+def scheduler_body(cpu: float, idle: float, stages: dict[str, float],
+                   running: float = 2.0) -> str:
+    body = engine_body(running=running) + f"""# TYPE rig_engine_scheduler_cpu_seconds_total counter
+rig_engine_scheduler_cpu_seconds_total{{{ENGINE}}} {cpu}
+# TYPE rig_engine_scheduler_idle_seconds_total counter
+rig_engine_scheduler_idle_seconds_total{{{ENGINE}}} {idle}
+# TYPE rig_engine_scheduler_stage_seconds_total counter
+"""
+    for stage, seconds in stages.items():
+        body += f'rig_engine_scheduler_stage_seconds_total{{{ENGINE},stage="{stage}"}} {seconds}\n'
+    return body
+
+
+def test_a_scheduler_that_got_clearly_less_than_a_core_while_busy_warns():
+    # Two TP ranks over 6 s: 12 loop seconds, 2 of them idle, 10 busy, 3 s of CPU.
+    before = scheduler_body(100.0, 50.0, {"run_batch": 60.0, "idle": 50.0, "other": 10.0})
+    after = scheduler_body(103.0, 52.0, {"run_batch": 68.0, "idle": 52.0, "other": 12.0})
+    check = by_name(engine_checks(context(before, after)), "scheduler_cpu")
+    assert check["status"] == "warn"
+    assert "0.30 CPU-seconds per busy second" in check["detail"]
+    assert "most in run_batch" in check["detail"]
+
+
+def test_a_scheduler_with_its_core_is_ok_and_an_idle_one_is_not_judged():
+    before = scheduler_body(100.0, 50.0, {"run_batch": 60.0, "idle": 50.0})
+    busy = scheduler_body(109.0, 51.0, {"run_batch": 70.0, "idle": 51.0})
+    assert by_name(engine_checks(context(before, busy)), "scheduler_cpu")["status"] == "ok"
+    # Idle nearly all the watch: 1 busy second is too little to say anything.
+    idle = scheduler_body(100.2, 61.0, {"run_batch": 61.0, "idle": 61.0})
+    assert by_name(engine_checks(context(before, idle)), "scheduler_cpu")["status"] == "skip"
+    # Through one long pass the counters stand still: nothing to judge, no warning.
+    assert by_name(engine_checks(context(before, before)), "scheduler_cpu")["status"] == "skip"
+
+
+def test_no_scheduler_counters_skip_with_the_release_that_has_them():
+    check = by_name(engine_checks(context(engine_body(), engine_body())), "scheduler_cpu")
+    assert check["status"] == "skip" and "0.5.23" in check["detail"]

@@ -98,6 +98,14 @@ FINISHED_GUARD = SignalPlan("finished_guard", "decode_passes+streamed_tokens",
 STREAMED_TOKENS = SignalPlan("streamed_tokens", "streamed_tokens+decode_logs",
                              "running_less_finished")
 
+#: SGLang's forward-pass feed (feed_watch.py): the feed for progress, the counter
+#: plan's judgement for requests in flight.
+FEED_PLAN = "forward_pass_feed"
+
+
+def feed_plan(counter_plan: SignalPlan) -> SignalPlan:
+    return SignalPlan(FEED_PLAN, "decode_bearing_passes", counter_plan.in_flight)
+
 
 @dataclass(frozen=True)
 class Choice:

@@ -18,14 +18,16 @@ exported; the alerts judge their midpoint.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Generic
+from typing import Generic, Protocol
 
 from exporter.daemon.engines.stall.planner import SignalChooser
+from exporter.daemon.engines.stall.plans import SignalPlan, feed_plan
 from exporter.daemon.engines.stall.readers import CounterReader, Shown, TrackerBlind
 from exporter.daemon.snapshot import SourceError
 from exporter.process.log_limits import Conditions
@@ -166,6 +168,20 @@ class DecodeStallTracker:
         self._stalled_to = None
 
 
+class FeedSight(Protocol):
+    """What the poller asks of SGLang's forward-pass feed (feed_watch.FeedWatch)."""
+
+    def live(self, now: float) -> bool: ...
+
+    def gap_open(self, now: float) -> bool: ...
+
+    def state(self, now: float) -> StallState: ...
+
+    def observe_in_flight(self, asked: float, answered: float, in_flight: float) -> None: ...
+
+    def observe_unreachable(self, now: float) -> None: ...
+
+
 class StallPoller(Generic[Shown]):
     """The background task that feeds a DecodeStallTracker from a CounterReader.
 
@@ -182,9 +198,17 @@ class StallPoller(Generic[Shown]):
                  clock: Callable[[], float] = time.monotonic,
                  timeout_seconds: float = 2.0,
                  sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
-                 window_seconds: float = Thresholds.decode_stall_window_seconds) -> None:
+                 window_seconds: float = Thresholds.decode_stall_window_seconds,
+                 feed: FeedSight | None = None) -> None:
         self.reader = reader
         self.planner = planner
+        #: SGLang's forward-pass feed, the plan in force while it is live; the counters
+        #: read here then say only whether requests are in flight (feed_watch.py).
+        self.feed = feed
+        # The exported stalled-seconds total stays a counter across plan changes.
+        self._total_source = ""
+        self._total_offset = 0.0
+        self._total_last = 0.0
         self.clock = clock
         self.sleep = sleep
         # A poll slower than this got no answer: it neither begins nor ends a stall.
@@ -208,15 +232,41 @@ class StallPoller(Generic[Shown]):
             return TrackerStatus(False, "no_plan", self.planner.choice.note)
         return TrackerStatus(True)
 
+    def feed_live(self) -> bool:
+        return self.feed is not None and self.feed.live(self.clock())
+
+    @property
+    def plan(self) -> SignalPlan | None:
+        """The plan in force: the feed's while it is live, else the counters'."""
+        plan = self.planner.plan
+        if plan is not None and self.feed_live():
+            return feed_plan(plan)
+        return plan
+
     def state(self) -> StallState | None:
         """None while it cannot see or no plan can be trusted: the stall series stay
         absent, never an invented 0 (docs/stall-tracker.md#when-the-tracker-cannot-see)."""
         if not self.status().up:
             return None
-        return self.tracker.state(self.clock())
+        now = self.clock()
+        source = "feed" if self.feed is not None and self.feed_live() else "counters"
+        state = (self.feed.state(now) if source == "feed" and self.feed is not None
+                 else self.tracker.state(now))
+        if source != self._total_source:
+            # Each plan counts its own stalls: carry the total over from the other one.
+            if self._total_source:
+                self._total_offset = self._total_last - state.total_seconds
+            self._total_source = source
+        total = max(self._total_last, state.total_seconds + self._total_offset)
+        self._total_last = total
+        return dataclasses.replace(state, total_seconds=total)
 
     def resolution_seconds(self) -> float:
-        return self.reader.resolution_seconds(self.tracker.standing_still)
+        # An open gap in the feed is decode standing still: read the counters at the
+        # floor, so that whether requests are in flight through it is known.
+        still = self.tracker.standing_still or (
+            self.feed is not None and self.feed.gap_open(self.clock()))
+        return self.reader.resolution_seconds(still)
 
     async def poll_once(self) -> None:
         asked = self.clock()
@@ -229,6 +279,8 @@ class StallPoller(Generic[Shown]):
         except TrackerBlind as exc:
             self._see(exc)
             self.tracker.observe_unreachable(asked)
+            if self.feed is not None:
+                self.feed.observe_unreachable(asked)
             return
         except TimeoutError:
             # No answer in time says nothing about decode: the next reading is compared
@@ -240,6 +292,8 @@ class StallPoller(Generic[Shown]):
             return
         except SourceError:
             self.tracker.observe_unreachable(asked)
+            if self.feed is not None:
+                self.feed.observe_unreachable(asked)
             return
         self._see(None)
         self._silences.ok(self._poll_subject)
@@ -251,6 +305,9 @@ class StallPoller(Generic[Shown]):
         if progress is not None:
             self.tracker.observe(reading.answered_at, progress.decode, progress.in_flight,
                                  asked=reading.asked_at)
+            if self.feed is not None:
+                self.feed.observe_in_flight(reading.asked_at, reading.answered_at,
+                                            progress.in_flight)
 
     def _see(self, blind: TrackerBlind | None) -> None:
         """Log each change of sight once: the cause and what the reader found."""
@@ -276,4 +333,17 @@ class StallPoller(Generic[Shown]):
             delay = next_poll - self.clock()
             if delay < 0:  # fell behind (a slow poll): keep the cadence, skip the backlog
                 next_poll, delay = self.clock(), 0.0
+            await self._wait(delay)
+
+    async def _wait(self, delay: float) -> None:
+        """Sleep until the next poll; with the feed, wake at the floor to poll at once
+        when a gap opens (a long pass sends nothing until it ends)."""
+        if self.feed is None:
             await self.sleep(delay)
+            return
+        step = self.reader.resolution_seconds(True)
+        end = self.clock() + delay
+        while (left := end - self.clock()) > 0:
+            await self.sleep(min(left, step))
+            if self.feed.gap_open(self.clock()):
+                return
