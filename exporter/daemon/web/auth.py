@@ -20,8 +20,6 @@ A bcrypt check costs a quarter to half a second of CPU at cost 12, by design. So
 from __future__ import annotations
 
 import asyncio
-import base64
-import binascii
 import functools
 import hashlib
 import os
@@ -32,6 +30,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from concurrent.futures import Executor, Future
 from typing import Any
 
+import aiohttp
 import bcrypt
 from aiohttp import web
 
@@ -162,11 +161,11 @@ def _cost(hashed: bytes) -> int:
 
 
 def _credentials(header: str) -> tuple[str, str] | None:
-    scheme, _, encoded = header.partition(" ")
-    if scheme.lower() != "basic":
-        return None
+    """User and password of a Basic header; None for any other or malformed one.
+    aiohttp's decoder raises ValueError (UnicodeError included) for every bad form:
+    no space, another scheme, non-ASCII or bad base64, no colon, non-UTF-8 bytes."""
     try:
-        user, sep, password = base64.b64decode(encoded, validate=True).decode().partition(":")
-    except (binascii.Error, UnicodeDecodeError):
+        auth = aiohttp.BasicAuth.decode(header, encoding="utf-8")
+    except ValueError:
         return None
-    return (user, password) if sep else None
+    return auth.login, auth.password
