@@ -45,7 +45,14 @@ class Access:
         return request
 
     def tls(self) -> ssl.SSLContext | None:
-        return None if self.ca_file is None else ssl.create_default_context(cafile=self.ca_file)
+        if self.ca_file is None:
+            return None
+        context = ssl.create_default_context(cafile=self.ca_file)
+        # Any certificate in the file is a trust anchor, a CA's or the exporter's own
+        # (rigctl doctor --config.file trusts the exporter's cert_file), as Python 3.13's
+        # default context has it (cpython gh-107361).
+        context.verify_flags |= ssl.VERIFY_X509_PARTIAL_CHAIN
+        return context
 
 
 NO_ACCESS = Access()
