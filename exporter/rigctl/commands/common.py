@@ -81,6 +81,8 @@ def add_access_arguments(parser: argparse.ArgumentParser) -> None:
 
 def access_from_args(args: argparse.Namespace) -> Access:
     """The Access the flags ask for; Unreachable when a file cannot be read."""
+    if args.user is not None and ":" in args.user:
+        raise Unreachable(f"--user {args.user}: a basic-auth user cannot hold ':' (RFC 7617)")
     password = os.environ.get("RIGCTL_PASSWORD", "")
     if args.password_file:
         try:
@@ -120,7 +122,8 @@ def exporter_from_config(args: argparse.Namespace, config: Config | None) -> tup
     if access.ca_file is None and isinstance(cert, str):
         # Relative to the web config file, as the exporter reads it.
         access = replace(access, ca_file=str(Path(config.web.config_file).parent / cert))
-    if access.user is None and isinstance(users, dict) and len(users) == 1:
+    if access.user is None and isinstance(users, dict) and len(users) == 1 \
+            and ":" not in str(next(iter(users))):
         access = replace(access, user=str(next(iter(users))))
     return f"{'https' if tls else 'http'}://{host}:{config.web.port}", access
 

@@ -11,7 +11,6 @@ lists dashboards (`uid`, `title`, ...), `GET /api/datasources` the data sources
 
 from __future__ import annotations
 
-import urllib.request
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
@@ -33,11 +32,8 @@ class TokenAccess(Access):
 
     token: str = ""
 
-    def request(self, url: str) -> urllib.request.Request:
-        request = urllib.request.Request(url)
-        if self.token:
-            request.add_header("Authorization", f"Bearer {self.token}")
-        return request
+    def headers(self) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self.token}"} if self.token else {}
 
 
 def grafana_checks(c: Context, grafana: str, access: Access, prometheus: str | None,
