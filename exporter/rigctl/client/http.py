@@ -72,6 +72,15 @@ class BadAnswer(Unreachable):
     """A server answered, with something rigctl cannot read."""
 
 
+def url_of(listen_address: str, scheme: str = "http") -> str:
+    """The URL that reaches, from this host, a server listening on `listen_address`
+    (host:port): on loopback when it listens on every address."""
+    host, _, port = listen_address.rpartition(":")
+    host = host.strip("[]")
+    host = {"": "127.0.0.1", "0.0.0.0": "127.0.0.1", "::": "::1"}.get(host, host)
+    return f"{scheme}://[{host}]:{port}" if ":" in host else f"{scheme}://{host}:{port}"
+
+
 def get_json(url: str, timeout: float, access: Access = NO_ACCESS) -> Any:
     """The JSON body at `url`, read whole within `timeout` seconds."""
     return run_interruptible(read_json(url, timeout, access))

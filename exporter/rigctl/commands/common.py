@@ -13,7 +13,7 @@ from urllib.parse import urlsplit
 
 from exporter.config import DEFAULT_LISTEN_ADDRESS, Config
 from exporter.process.endings import CLOSED_PIPE_HELP, INTERRUPTED_HELP, OneLineErrors
-from exporter.rigctl.client.http import Access, Unreachable
+from exporter.rigctl.client.http import Access, Unreachable, url_of
 
 # Nagios plugin exit codes: a monitoring system can run rigctl as a check.
 EXIT_OK, EXIT_WARNING, EXIT_CRITICAL, EXIT_UNKNOWN = 0, 1, 2, 3
@@ -108,11 +108,8 @@ def exporter_from_config(args: argparse.Namespace, config: Config | None) -> tup
     access = access_from_args(args)
     if args.exporter is not None or config is None:
         return args.exporter or DEFAULT_EXPORTER, access
-    host = config.web.host
-    host = {"": "127.0.0.1", "0.0.0.0": "127.0.0.1", "::": "::1"}.get(host, host)
-    host = f"[{host}]" if ":" in host else host
     if config.web.config_file is None:
-        return f"http://{host}:{config.web.port}", access
+        return url_of(config.web.listen_address), access
     # Here, not above: PyYAML is only for this, and `rigctl health` starts without it.
     from exporter.daemon.web.security import read_web_config
 
@@ -125,7 +122,7 @@ def exporter_from_config(args: argparse.Namespace, config: Config | None) -> tup
     if access.user is None and isinstance(users, dict) and len(users) == 1 \
             and ":" not in str(next(iter(users))):
         access = replace(access, user=str(next(iter(users))))
-    return f"{'https' if tls else 'http'}://{host}:{config.web.port}", access
+    return url_of(config.web.listen_address, "https" if tls else "http"), access
 
 
 # ANSI colours, only when writing to a terminal.

@@ -19,7 +19,7 @@ import aiohttp
 from exporter.config import Config, EngineConfig
 from exporter.daemon.engines.probe import ProbeResult, StreamProbe
 from exporter.process.ctrl_c import run_interruptible
-from exporter.rigctl.client.http import NO_ACCESS, Access
+from exporter.rigctl.client.http import NO_ACCESS, Access, url_of
 from exporter.rigctl.doctor.context import Context
 from exporter.rigctl.doctor.engine import engine_checks
 from exporter.rigctl.doctor.gpu import gpu_checks
@@ -83,11 +83,7 @@ def _probed_engines(config: Config | None, first: Scrape) -> list[EngineConfig]:
 
 
 def _tap_url(address: str) -> str:
-    if not address:
-        return ""
-    host, _, port = address.rpartition(":")
-    host = {"": "127.0.0.1", "0.0.0.0": "127.0.0.1", "[::]": "[::1]"}.get(host, host)
-    return f"http://{host}:{port}"
+    return url_of(address) if address else ""
 
 
 async def _watch(r: Request) -> tuple[Watch, dict[str, ProbeResult]]:
