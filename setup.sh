@@ -25,13 +25,15 @@ as_root() { if [ "$(id -u)" -eq 0 ]; then "$@"; else sudo "$@"; fi; }
 # promtool and amtool test the alert rules and routing; prometheus and
 # alertmanager run the end-to-end tests and the demo; node_exporter is the
 # bench's latency yardstick; victoria-metrics is the remote_write store of the
-# many-rigs test; nginx is the stream tap's yardstick (bench/bench_tap.py --nginx).
+# many-rigs test; nginx is the stream tap's yardstick (bench/bench_tap.py --nginx);
+# chromium opens `rigctl report --html`'s page headless (tests/rigctl/report).
 declare -A deb_for_cmd=(
     [prometheus]=prometheus [promtool]=prometheus
     [prometheus-alertmanager]=prometheus-alertmanager [amtool]=prometheus-alertmanager
     [prometheus-node-exporter]=prometheus-node-exporter
     [victoria-metrics]=victoria-metrics
     [nginx]=nginx-light
+    [chromium]=chromium
 )
 missing=()
 for cmd in "${!deb_for_cmd[@]}"; do
@@ -58,8 +60,8 @@ fi
 # Reinstall only when the package's declaration changed since the last install.
 stamp=.venv/.rig-installed
 if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
-    echo "setup: installing rig-telemetry and its test, fast and render extras into .venv"
-    .venv/bin/python -m pip install -q --disable-pip-version-check -e '.[test,fast,render]'
+    echo "setup: installing rig-telemetry and its test, fast, render and html extras into .venv"
+    .venv/bin/python -m pip install -q --disable-pip-version-check -e '.[test,fast,render,html]'
     touch "$stamp"
 fi
 

@@ -9,8 +9,8 @@ read the same table with `thresholds_from_config(path)`.
 
 Defaults come from the owner's measurements (docs/facts/rig.md) and the alert
 list of docs/alerts.md. Durations are seconds (`*_seconds`),
-ratios are 0..1, temperatures °C. Stdlib only: this module is imported by the
-exporter, the CLI and the rule generator alike.
+ratios are 0..1, temperatures °C. This module is imported by the exporter, the
+CLI and the rule generator alike.
 """
 
 from __future__ import annotations
@@ -19,9 +19,12 @@ import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass
 from os import PathLike
-from typing import Any
+from typing import Annotated, Any
 
-from exporter.validation import BadValue, checked_number, read_toml
+import msgspec
+from msgspec import Meta
+
+from exporter.validation import FINITE, BadValue, converted, read_toml
 
 MIB = 1024 * 1024
 
@@ -161,13 +164,22 @@ class Thresholds:
         Raises ValueError naming the key and the bad value for an unknown key,
         a wrong type or an out-of-range value.
         """
-        fields = {f.name: f for f in dataclasses.fields(cls)}
-        values: dict[str, Any] = {}
-        for key, value in mapping.items():
-            if key not in fields:
-                raise ValueError(f"thresholds: unknown key {key!r} (value {value!r})")
-            values[key] = _checked(key, fields[key].type, value)
-        return cls(**values)
+        try:
+            table = converted(dict(mapping), _TABLE)
+        except BadValue as exc:
+            key = exc.path[-1] if exc.path else ""
+            if exc.unknown:
+                raise ValueError(f"thresholds: unknown key {key!r} (value {exc.value!r})") from None
+            raise ValueError(f"thresholds.{key} {exc}, got {exc.value!r}") from None
+        return cls(**msgspec.structs.asdict(table))
+
+
+# The table as msgspec checks it: every value 0 or more and finite, a whole one for an
+# int field, a ratio within 0..1.
+_TABLE = msgspec.defstruct("thresholds", [
+    (f.name, Annotated[int, Meta(ge=0)] if f.type == "int" else Annotated[
+        float, Meta(ge=0, le=1 if f.name.endswith("_ratio") else FINITE)], f.default)
+    for f in dataclasses.fields(Thresholds)], forbid_unknown_fields=True, kw_only=True)
 
 
 def thresholds_from_config(path: str | PathLike[str]) -> Thresholds:
@@ -187,14 +199,3 @@ def thresholds_from_config(path: str | PathLike[str]) -> Thresholds:
         return Thresholds.from_mapping(table)
     except ValueError as exc:
         raise ValueError(f"{path}: {exc}") from exc
-
-
-def _checked(key: str, type_name: object, value: object) -> int | float:
-    """A value of 0 or more; a whole one for an int field; a ratio within 0..1."""
-    whole = type_name == "int"
-    try:
-        number = checked_number(value, whole=whole,
-                                at_most=1 if key.endswith("_ratio") else None)
-    except BadValue as exc:
-        raise ValueError(f"thresholds.{key} {exc}, got {value!r}") from exc
-    return int(number) if whole else float(number)

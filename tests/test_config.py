@@ -43,7 +43,7 @@ class TestDefaults:
         helps = {f.flag: f.help_text() for f in FLAGS}
         assert helps["--web.scrape-deadline"] == (
             f"seconds each source may take per scrape "
-            f"(default {WebConfig.scrape_deadline_seconds:g})")
+            f"(default {WebConfig().scrape_deadline_seconds:g})")
         assert f"(default {DEFAULT_LISTEN_ADDRESS}; use" in helps["--web.listen-address"]
         assert helps["--log.level"] == "debug | info | warning | error (default info)"
         assert "default" not in helps["--web.config.file"]  # unset unless given

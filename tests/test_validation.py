@@ -1,37 +1,62 @@
-"""exporter/validation.py: the number checks the config and the thresholds share."""
+"""exporter/validation.py: the checks the config and the thresholds share, worded."""
 
 from __future__ import annotations
 
 import math
 from pathlib import Path
+from typing import Annotated
 
+import msgspec
 import pytest
+from msgspec import Meta
 
 from exporter.config import ConfigError, load_config, read_config_file
 from exporter.thresholds import Thresholds, thresholds_from_config
-from exporter.validation import BadValue, checked_number, read_toml
+from exporter.validation import FINITE, BadValue, converted, read_toml
+
+#: The number kinds the config and the thresholds declare, as one-key tables.
+KINDS = {
+    "number": Annotated[float, Meta(ge=0, le=FINITE)],
+    "whole": Annotated[int, Meta(ge=0)],
+    "positive": Annotated[float, Meta(gt=0, le=FINITE)],
+    "ratio": Annotated[float, Meta(ge=0, le=1)],
+}
 
 
-@pytest.mark.parametrize(("value", "options", "reason"), [
-    ("1", {}, "must be a number"),
-    (True, {}, "must be a number"),
-    (math.nan, {}, "must be a finite number"),
-    (math.inf, {}, "must be a finite number"),
-    (1.5, {"whole": True}, "must be a whole number"),
-    (0, {"positive": True}, "must be greater than 0"),
-    (-1, {}, "must be 0 or more"),
-    (1.01, {"at_most": 1}, "must be at most 1"),
+def table(kind: str) -> type:
+    return msgspec.defstruct(kind, [("x", KINDS[kind])], forbid_unknown_fields=True)
+
+
+@pytest.mark.parametrize(("value", "kind", "reason"), [
+    ("1", "number", "must be a number"),
+    (True, "number", "must be a number"),
+    (math.nan, "number", "must be a finite number"),
+    (math.inf, "number", "must be a finite number"),
+    (1.5, "whole", "must be a whole number"),
+    (0, "positive", "must be greater than 0"),
+    (-1, "number", "must be 0 or more"),
+    (1.01, "ratio", "must be at most 1"),
 ])
-def test_a_bad_number_says_why(value: object, options: dict, reason: str) -> None:
-    with pytest.raises(BadValue, match=reason):
-        checked_number(value, **options)
+def test_a_bad_number_says_why(value: object, kind: str, reason: str) -> None:
+    with pytest.raises(BadValue, match=reason) as caught:
+        converted({"x": value}, table(kind))
+    assert caught.value.path == ("x",)
 
 
-@pytest.mark.parametrize(("value", "options"), [
-    (0, {}), (2.5, {}), (3.0, {"whole": True}), (1, {"at_most": 1}), (0.1, {"positive": True}),
+@pytest.mark.parametrize(("value", "kind"), [
+    (0, "number"), (2.5, "number"), (3.0, "whole"), (1, "ratio"), (0.1, "positive"),
 ])
-def test_a_good_number_is_itself(value: float, options: dict) -> None:
-    assert checked_number(value, **options) == value
+def test_a_good_number_is_itself(value: float, kind: str) -> None:
+    assert converted({"x": value}, table(kind)).x == value
+
+
+def test_an_unknown_or_missing_key_is_named() -> None:
+    with pytest.raises(BadValue, match=r"unknown key \(known: x\)") as caught:
+        converted({"x": 1, "y": 2}, table("number"))
+    assert (caught.value.path, caught.value.value, caught.value.unknown) == (("y",), 2, True)
+    required = msgspec.defstruct("required", [("x", int)])
+    with pytest.raises(BadValue, match="is required"):
+        converted({}, required)
 
 
 def test_the_config_and_the_thresholds_refuse_alike() -> None:

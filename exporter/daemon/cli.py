@@ -15,16 +15,17 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import msgspec
+
 from exporter import __version__
 from exporter.config import (
-    GPU_BACKENDS,
-    GPU_CARD_SELECTIONS,
     HIDDEN,
-    LOG_LEVELS,
+    TABLE_CLASSES,
     TAP_DEFAULT_HOST,
     Config,
     ConfigError,
     default_of,
+    field_words,
     load_config,
     read_config_file,
 )
@@ -36,8 +37,9 @@ log = logging.getLogger("exporter")
 
 @dataclass(frozen=True)
 class Flag:
-    """A flag that overrides one key of the TOML file. `help` says "{default}" where
-    the key's built-in value goes, or ends with it (a key unset by default: not)."""
+    """A flag that overrides one key of the TOML file, derived from the key's field
+    (exporter/config.py): its name, type and words. `help` says "{default}" where the
+    key's built-in value goes, or ends with it (a key unset by default: not)."""
 
     flag: str
     section: str
@@ -53,29 +55,32 @@ class Flag:
             return self.help.format(default=shown(value))
         return f"{self.help} (default {shown(value)})"
 
+    def add_to(self, parser: argparse.ArgumentParser) -> None:
+        dest = f"{self.section}.{self.key}"
+        if self.type is bool:
+            parser.add_argument(self.flag, dest=dest, action=argparse.BooleanOptionalAction,
+                                help=self.help_text())
+        else:
+            parser.add_argument(self.flag, dest=dest, type=self.type, help=self.help_text())
 
-FLAGS = (
-    Flag("--web.listen-address", "web", "listen_address",
-         "HOST:PORT to serve on (default {default}; use 0.0.0.0:PORT to open it)"),
-    Flag("--web.scrape-deadline", "web", "scrape_deadline_seconds",
-         "seconds each source may take per scrape", float),
-    Flag("--web.max-connections", "web", "max_connections",
-         "connections served at once; the open-file limit may lower it", int),
-    Flag("--web.config.file", "web", "config_file",
-         "exporter-toolkit web config (YAML): TLS and basic auth; see docs/configuration.md"),
-    Flag("--sysfs.root", "gpu", "sysfs_root", "root of the sysfs tree to read"),
-    Flag("--gpu.backend", "gpu", "backend", " | ".join(GPU_BACKENDS)),
-    Flag("--gpu.cards", "gpu", "cards",
-         f"cards to read: {' | '.join(GPU_CARD_SELECTIONS)} | PCI addresses, comma-separated"),
-    Flag("--gpu.expected-cards", "gpu", "expected_cards",
-         "cards the rig should have; fewer pages RigGpuMissing; 0 disables", int),
-    Flag("--proc.root", "host", "proc_root", "root of the procfs tree to read"),
-    Flag("--health.sample-interval", "health", "sample_interval_seconds",
-         "seconds without a scrape after which the exporter reads a snapshot for the health "
-         "checks' windows itself; 0: never", float),
-    Flag("--log.level", "log", "level", " | ".join(LOG_LEVELS)),
-)
-COLLECTOR_SWITCHES = {"gpu": "gpu", "host": "host"}
+
+def key_flags() -> tuple[Flag, ...]:
+    """One flag per key of the single tables: `--table.key` with `_` as `-` and
+    without `_seconds`, unless the key's Doc names another (or None: no flag)."""
+    flags = []
+    for section, table in TABLE_CLASSES.items():
+        if section == "engine":  # a list of tables: --engine, --tap.listen-address
+            continue
+        for field in msgspec.inspect.type_info(table).fields:
+            words = field_words(field)
+            name = words.extra.get(
+                "flag", f"--{section}.{field.name.removesuffix('_seconds').replace('_', '-')}")
+            if name is not None:
+                flags.append(Flag(name, section, field.name, words.help, words.type))
+    return tuple(flags)
+
+
+FLAGS = key_flags()
 EXIT_CANNOT_LISTEN, EXIT_BAD_CONFIG = 1, 2
 EXIT_CODES = f"""exit status:
   0  stopped by SIGTERM or Ctrl-C once serving
@@ -101,18 +106,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--config.file", dest="config_file", metavar="PATH",
                         help="TOML config file (see docs/configuration.md)")
-    for f in FLAGS:
-        parser.add_argument(f.flag, dest=f"{f.section}.{f.key}", type=f.type,
-                            help=f.help_text())
-    for name, section in COLLECTOR_SWITCHES.items():
-        parser.add_argument(f"--collector.{name}", dest=f"{section}.enabled",
-                            action=argparse.BooleanOptionalAction,
-                            help=f"read the {name} source "
-                                 f"(default {shown(default_of(section, 'enabled'))})")
-    parser.add_argument("--web.access-log", dest="web.access_log",
-                        action=argparse.BooleanOptionalAction,
-                        help="log one line per HTTP request "
-                             f"(default {shown(default_of('web', 'access_log'))})")
+    for flag in FLAGS:
+        flag.add_to(parser)
     parser.add_argument(
         "--engine", action="append", metavar="NAME=URL[,key=value...]",
         help="an engine to scrape, e.g. main=http://127.0.0.1:30000,kind=sglang,"

@@ -12,9 +12,9 @@ import asyncio
 import logging
 import signal
 from collections.abc import Callable
-from dataclasses import replace
 
 from aiohttp import web
+from msgspec.structs import replace
 
 from exporter.config import Config, ConfigError
 from exporter.daemon.runtime import Exporter

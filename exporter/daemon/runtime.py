@@ -13,9 +13,9 @@ import contextlib
 import logging
 import time
 from collections.abc import Callable, Hashable, Mapping
-from dataclasses import replace
 from typing import Protocol, runtime_checkable
 
+from msgspec.structs import replace
 from prometheus_client import CollectorRegistry, generate_latest
 
 from exporter.config import Config

@@ -3,6 +3,7 @@
 commands:
   demo     the whole stack on a simulated rig: scenarios, alerts, notifications
   health   is the rig healthy? one line per check, worst first (reads the exporter)
+  report   what happened over a range, from Prometheus: incidents, agents, cards, verdict
   doctor   does the rig hold the exporter's assumptions? readers, signals, Prometheus, Grafana
   probe    send one streaming request to an engine now and time every token gap
   bench    the starvation and concurrency experiments, for A/B tests of scheduler flags
@@ -12,6 +13,7 @@ examples:
   rigctl demo
   rigctl health
   rigctl health --prometheus http://127.0.0.1:9090 --watch 5
+  rigctl report --prometheus http://127.0.0.1:9090 --since 8h --check
   rigctl doctor --config.file /etc/rig-exporter/rig.toml --prometheus http://127.0.0.1:9090
   rigctl probe --engine http://127.0.0.1:30000
   rigctl bench starvation --engine http://127.0.0.1:30000 --label default --out ab.jsonl
@@ -33,7 +35,7 @@ from typing import TextIO
 from exporter import __version__
 from exporter.process.endings import Interrupted, run_guarded
 
-COMMANDS = ("demo", "health", "doctor", "probe", "bench", "sim")
+COMMANDS = ("demo", "health", "report", "doctor", "probe", "bench", "sim")
 
 
 def build_parser(command: str | None = None) -> argparse.ArgumentParser:

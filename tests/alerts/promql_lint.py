@@ -1,131 +1,76 @@
 """A small offline PromQL analyser for rule lint (pint's offline checks, emulated).
 
 It parses just enough PromQL to tell which labels an expression's result keeps
-(aggregations, `on`/`ignoring`, `label_replace`) and which functions take which
-range vectors. The rig's metric schema (docs/metrics.md) supplies the labels of each
-selector.
+(aggregations, `on`/`ignoring`, `label_replace`), which labels its selectors, groupings
+and matchings name, and which functions take which range vectors. The labels of each
+family are those of the golden expositions (tests/golden/, rigdev/golden.py), the
+exporter's own output, so a rule or a panel that names a label its family does not
+have fails here.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+from prometheus_client.parser import text_string_to_metric_families
+
+from exporter.schema import ENGINE_LABELS
+from rigdev import golden
+
 TARGET = {"job", "instance"}  # added by Prometheus to every series
-ENGINE = {"engine", "kind"}
+ENGINE = set(ENGINE_LABELS)
 CARD = {"card"}
 AGENT = ENGINE | {"agent"}
 
-GAUGES: dict[str, set[str]] = {
-    "rig_source_up": {"source"},
-    "rig_source_scrape_duration_seconds": {"source"},
-    "rig_build_info": {"version"},
-    "rig_engine_info": ENGINE
-    | {
-        "version",
-        "model",
-        "tp_size",
-        "hicache",
-        "hicache_storage",
-        "mixed_chunk",
-        "chunked_prefill_size",
-        "schedule_policy",
-        "speculative",
-        "decode_log_interval",
-    },
-    "rig_engine_running_requests": ENGINE,
-    "rig_engine_queued_requests": ENGINE,
-    "rig_engine_kv_usage_ratio": ENGINE,
-    "rig_engine_spec_accept_length": ENGINE,
-    "rig_engine_spec_accept_ratio": ENGINE,
-    "rig_engine_kv_capacity_tokens": ENGINE,
-    "rig_engine_hicache_host_used_tokens": ENGINE,
-    "rig_engine_hicache_host_capacity_tokens": ENGINE,
-    "rig_engine_decode_stall_seconds": ENGINE,
-    "rig_engine_decode_stall_max_seconds": ENGINE,
-    "rig_engine_decode_stall_upper_seconds": ENGINE,
-    "rig_engine_decode_stall_max_upper_seconds": ENGINE,
-    "rig_engine_decode_stall_plan_info": ENGINE | {"plan", "progress", "in_flight"},
-    "rig_probe_success": ENGINE,
-    "rig_probe_ttft_seconds": ENGINE,
-    "rig_probe_max_token_gap_seconds": ENGINE,
-    "rig_probe_decode_tokens_per_second": ENGINE,
-    "rig_stream_max_token_gap_seconds": ENGINE,
-    "rig_stream_active": ENGINE,
-    "rig_engine_context_length_tokens": ENGINE,
-    "rig_engine_max_sequence_tokens": ENGINE,
-    "rig_engine_slot_context_tokens": ENGINE | {"slot"},
-    "rig_engine_slot_request_tokens": ENGINE | {"slot"},
-    "rig_engine_slot_processing": ENGINE | {"slot"},
-    "rig_agent_streams_active": AGENT,
-    "rig_agent_last_prompt_tokens": AGENT,
-    "rig_agent_max_token_gap_seconds": AGENT,
-    "rig_agent_longest_request_seconds": AGENT,
-    "rig_agent_longest_first_token_wait_seconds": AGENT,
-    "rig_agent_response_tokens_max": AGENT,
-    "rig_agent_unbounded_response_tokens_max": AGENT,
-    "rig_gpu_present": CARD | {"pci_bus", "unique_id"},
-    "rig_gpu_info": CARD | {"pci_bus", "device_id", "kind"},
-    "rig_gpu_expected_cards": set(),
-    "rig_gpu_temperature_celsius": CARD | {"sensor"},
-    "rig_gpu_temperature_limit_celsius": CARD | {"sensor", "limit"},
-    "rig_gpu_power_watts": CARD,
-    "rig_gpu_power_cap_watts": CARD,
-    "rig_gpu_power_cap_max_watts": CARD,
-    "rig_gpu_clock_hertz": CARD | {"clock"},
-    "rig_gpu_clock_max_hertz": CARD | {"clock"},
-    "rig_gpu_busy_ratio": CARD,
-    "rig_gpu_memory_busy_ratio": CARD,
-    "rig_gpu_vram_used_bytes": CARD,
-    "rig_gpu_vram_total_bytes": CARD,
-    "rig_gpu_fan_rpm": CARD,
-    "rig_gpu_pcie_link_speed_transfers_per_second": CARD | {"port", "kind"},
-    "rig_gpu_pcie_link_width_lanes": CARD | {"port", "kind"},
-    "rig_gpu_throttle_active": CARD | {"reason"},
-    "rig_host_memory_total_bytes": set(),
-    "rig_host_memory_available_bytes": set(),
-    "rig_host_swap_total_bytes": set(),
-    "rig_host_swap_used_bytes": set(),
-    "rig_host_cpu_temperature_celsius": {"sensor"},
+
+def golden_families() -> dict[str, tuple[str, set[str]]]:
+    """family -> (type, label names), read from the golden expositions (rigdev/golden.py):
+    what the exporter really exports in front of each engine kind."""
+    found: dict[str, tuple[str, set[str]]] = {}
+    for kind in golden.KINDS:
+        for family in text_string_to_metric_families(golden.path_for(kind).read_text()):
+            labels = {name for s in family.samples for name in s.labels} - {"le"}
+            _, known = found.setdefault(family.name, (family.type, set()))
+            known |= labels
+    return found
+
+
+# Families the exporter has that no golden shows, because no committed fixture holds what
+# they read; each says why. tests/alerts/test_rules_lint.py fails once a golden shows one.
+NOT_IN_THE_GOLDENS: dict[str, tuple[str, set[str], str]] = {
+    "rig_engine_spec_accept_length": ("gauge", ENGINE, "no capture decodes speculatively"),
+    "rig_engine_spec_accept_ratio": ("gauge", ENGINE, "no capture decodes speculatively"),
+    "rig_engine_spec_draft_tokens_total": ("counter", ENGINE, "no capture decodes speculatively"),
+    "rig_engine_spec_accepted_tokens_total": ("counter", ENGINE,
+                                              "no capture decodes speculatively"),
+    "rig_engine_spec_verify_steps_total": ("counter", ENGINE, "no capture decodes speculatively"),
+    "rig_gpu_energy_joules_total": ("counter", CARD,
+                                    "the sysfs tree's gpu_metrics leaves the accumulator empty"),
+    "rig_host_cpu_temperature_celsius": ("gauge", {"sensor"},
+                                         "the sysfs tree has no CPU hwmon (k10temp)"),
+    "rig_agent_last_prompt_tokens": ("gauge", AGENT, "no request goes through the tap"),
+    "rig_agent_cached_prompt_tokens_total": ("counter", AGENT, "no request goes through the tap"),
 }
-COUNTERS: dict[str, set[str]] = {
-    "rig_engine_prompt_tokens_total": ENGINE,
-    "rig_engine_generation_tokens_total": ENGINE,
-    "rig_engine_cache_hit_tokens_total": ENGINE | {"tier"},
-    "rig_engine_hicache_evicted_tokens_total": ENGINE,
-    "rig_engine_hicache_loaded_back_tokens_total": ENGINE,
-    "rig_engine_hicache_backed_up_tokens_total": ENGINE,
-    "rig_engine_hicache_storage_prefetched_tokens_total": ENGINE,
-    "rig_engine_hicache_storage_written_tokens_total": ENGINE,
-    "rig_engine_retracted_requests_total": ENGINE,
-    "rig_engine_decode_batches_total": ENGINE,
-    "rig_engine_decode_calls_total": ENGINE,
-    "rig_engine_spec_draft_tokens_total": ENGINE,
-    "rig_engine_spec_accepted_tokens_total": ENGINE,
-    "rig_engine_spec_verify_steps_total": ENGINE,
-    "rig_engine_decode_stalled_seconds_total": ENGINE,
-    "rig_stream_requests_total": ENGINE | {"outcome"},
-    "rig_stream_generated_tokens_total": ENGINE,
-    "rig_stream_frames_total": ENGINE,
-    "rig_agent_requests_total": AGENT | {"outcome"},
-    "rig_agent_prompt_tokens_total": AGENT,
-    "rig_agent_cached_prompt_tokens_total": AGENT,
-    "rig_agent_generated_tokens_total": AGENT,
-    "rig_agent_unbounded_requests_total": AGENT,
-    "rig_agent_starved_seconds_total": AGENT | {"by"},
-    "rig_gpu_energy_joules_total": CARD,
-    "rig_host_swap_in_bytes_total": set(),
-    "rig_host_swap_out_bytes_total": set(),
-    "rig_host_memory_pressure_stall_seconds_total": {"kind"},
-}
-HISTOGRAMS: dict[str, set[str]] = {
-    "rig_engine_time_to_first_token_seconds": ENGINE,
-    "rig_engine_inter_token_latency_seconds": ENGINE,
-    "rig_probe_token_gap_seconds": ENGINE,
-    "rig_stream_ttft_seconds": ENGINE,
-    "rig_stream_token_gap_seconds": ENGINE,
-    "rig_agent_ttft_seconds": AGENT,
-}
+
+
+def _schema() -> dict[str, tuple[str, set[str]]]:
+    found = golden_families()
+    for name, (kind, labels, _) in NOT_IN_THE_GOLDENS.items():
+        # prometheus_client names a counter's family without `_total`.
+        found.setdefault(name.removesuffix("_total") if kind == "counter" else name,
+                         (kind, set(labels)))
+    return found
+
+
+SCHEMA = _schema()
+COUNTERS: dict[str, set[str]] = {f"{name}_total": labels for name, (kind, labels)
+                                 in SCHEMA.items() if kind == "counter"}
+GAUGES: dict[str, set[str]] = {name: labels for name, (kind, labels) in SCHEMA.items()
+                               if kind in ("gauge", "info", "unknown")}
+HISTOGRAMS: dict[str, set[str]] = {name: labels for name, (kind, labels) in SCHEMA.items()
+                                   if kind == "histogram"}
 # Recording-rule levels (alerts/rules/common.py docstring) -> labels kept.
 LEVELS: dict[str, set[str]] = {
     "engine": ENGINE,
@@ -167,6 +112,9 @@ PRECEDENCE = {
     "atan2": 5,
     "^": 6,
 }
+# deploy/prometheus.yml gives every target a `rig` label; `__name__` is every series'.
+NAMEABLE = {"rig", "__name__"}
+MATCHER = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)\s*(?:=~|!~|!=|=)")
 DURATION = re.compile(r"(\d+)([smhdw])")
 UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
 TOKEN = re.compile(
@@ -202,6 +150,8 @@ class Analysis:
     metrics: set[str] = field(default_factory=set)
     ranges: list[tuple[str, str, str]] = field(default_factory=list)  # (function, arg, range)
     comparisons: int = 0
+    #: Labels named (in a matcher, a grouping, a matching) that the series lacks.
+    unknown_labels: list[str] = field(default_factory=list)
 
 
 def _combine(
@@ -245,6 +195,13 @@ class _Parser:
         self.pos += 1
         return text
 
+    def check(self, what: str, labels: set[str] | None, named: Iterable[str]) -> None:
+        """Note each label of `named` that `labels` (a series' or a result's) lacks."""
+        if labels is None or "<unknown>" in labels:
+            return
+        self.result.unknown_labels += [f"{what} has no label {name!r}" for name in named
+                                       if name not in labels | NAMEABLE]
+
     def label_list(self) -> set[str]:
         self.take("(")
         labels = set()
@@ -276,6 +233,11 @@ class _Parser:
                 group = self.take()
                 extra = self.label_list() if self.peek() == "(" else set()
             rhs = self.expr(PRECEDENCE[op] + 1)
+            if lhs is not None and rhs is not None:
+                for side, labels in (("left", lhs), ("right", rhs)):
+                    self.check(f"the {side} side of {op} on()", labels, sorted(on or ()))
+                self.check(f"the {'right' if group == 'group_left' else 'left'} side of {op}",
+                           rhs if group == "group_left" else lhs, sorted(extra))
             lhs = _combine(op, lhs, rhs, on, ignoring, group, extra)
         return lhs
 
@@ -300,10 +262,10 @@ class _Parser:
             return self.call(text)
         if kind == "ident":
             self.result.metrics.add(text)
-            if self.peek() and self.peek().startswith("{"):
-                self.take()
-            self.subquery()
             labels = schema_labels(text)
+            if self.peek() and self.peek().startswith("{"):
+                self.check(text, labels, MATCHER.findall(self.take()))
+            self.subquery()
             return labels if labels is not None else {"<unknown>"}
         raise ValueError(f"unexpected token {text!r}")
 
@@ -331,6 +293,7 @@ class _Parser:
         if grouping is None:
             return set()
         kind, names = grouping
+        self.check(f"the operand of {kind}", labels, sorted(names))
         return set(names) if kind == "by" else (labels or set()) - names
 
     def call(self, function: str) -> set[str] | None:

@@ -16,7 +16,8 @@ from typing import Any
 
 from alerts.rules.common import dur
 from exporter.thresholds import Thresholds
-from tests.dashboards.queries import panels, variables
+from tests.alerts.promql_lint import analyse
+from tests.dashboards.queries import panels, substitute, variables
 
 DATASOURCE = {"type": "prometheus", "uid": "${datasource}"}
 # Grafana 9.0 (schema 36) is the oldest with the panels used here (state timeline,
@@ -109,6 +110,11 @@ def lint_expr(expr: str, defined: set[str]) -> list[str]:
                 problems.append(f'{metric} lacks {label}=~"${variable}"')
         if metric.endswith("_total") and not _inside_range_function(expr, metric):
             problems.append(f"counter {metric} outside rate/irate/increase")
+    # The labels it names against the exporter's own (the golden expositions).
+    try:
+        problems += analyse(substitute(expr, "5m"))[1].unknown_labels
+    except (ValueError, IndexError) as exc:
+        problems.append(f"the PromQL analyser cannot read it: {exc}")
     return problems
 
 

@@ -78,6 +78,15 @@ BROKEN: dict[str, tuple[Callable[[dict[str, Any]], None], str]] = {
                   ' rig=~"$rig", engine=~"$engine"}'),
         "counter rig_engine_decode_batches_total outside rate",
     ),
+    "a label the family lacks": (
+        _set_expr('sum by (tier) (rig_engine_running_requests{job=~"$job", instance=~"$instance",'
+                  ' rig=~"$rig", engine=~"$engine"})'),
+        "the operand of by has no label 'tier'",
+    ),
+    "a matcher on a label the family lacks": (
+        _set_expr(SELECTOR.replace('card=~"$card"', 'card=~"$card", sensor="edge"')),
+        "rig_gpu_busy_ratio has no label 'sensor'",
+    ),
     "undefined variable": (_set_expr(SELECTOR.replace("$rig", "$rack")),
                            "$rack is not a variable"),
     "no unit": (_no_unit, "unit '' is not a Grafana unit id"),
@@ -94,7 +103,7 @@ BROKEN: dict[str, tuple[Callable[[dict[str, Any]], None], str]] = {
 def test_lint_names_the_dashboard_and_panel(case: str) -> None:
     mutate, expected = BROKEN[case]
     dashboard = copy.deepcopy(DASHBOARDS["Rig: decode and latency"])
-    if "card" in case or "undefined" in case:
+    if "card" in case or "undefined" in case or "matcher" in case:
         dashboard = copy.deepcopy(DASHBOARDS["Rig: GPUs"])
     mutate(dashboard)
     problems = lint(dashboard)

@@ -73,7 +73,7 @@ def test_unit_gives_room_for_every_connection_and_the_sources() -> None:
     (limit,) = service["LimitNOFILE"]
     # One number sets soft and hard alike; the exporter would raise soft to hard anyway.
     assert limit.isdigit(), limit
-    assert int(limit) >= WebConfig.max_connections + RESERVED_FOR_SOURCES
+    assert int(limit) >= WebConfig().max_connections + RESERVED_FOR_SOURCES
 
 
 @pytest.mark.skipif(shutil.which("systemd-analyze") is None,
@@ -135,7 +135,7 @@ def test_the_rigs_job_is_scraped_and_evaluated_every_5_s() -> None:
     assert seconds(intervals.evaluation) == 5
     # Prometheus refuses a timeout over the interval; the exporter's per-source
     # deadline must leave it room to render.
-    assert WebConfig.scrape_deadline_seconds < seconds(intervals.scrape_timeout) <= 5
+    assert WebConfig().scrape_deadline_seconds < seconds(intervals.scrape_timeout) <= 5
 
 
 def test_a_stall_pages_within_30_s_of_its_start_at_worst() -> None:

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from exporter.sim.scenarios import SCENARIOS
 from tests.demo_process import RIGCTL, demo_running, read_until
 
 pytestmark = pytest.mark.long_running(80)
@@ -74,6 +75,17 @@ def test_a_pulled_card_fires_pages_and_resolves_on_screen() -> None:
     for seen in (f"FIRING   {alert}", f"-> page FIRING {alert}", f"RESOLVED {alert}",
                  f"-> page RESOLVED {alert}", "tour done"):
         assert seen in output, output
+    # It ends with the report of its own span, which names the incidents it played.
+    closing = output.split("the report of the tour")[1].split("tour done")[0]
+    assert "\nincidents\n" in closing, closing
+    incidents = closing.split("\nincidents\n")[1].split("\n\n")[0]
+    for expect in SCENARIOS["gpu-missing"].expects:
+        line = next((x for x in incidents.splitlines() if f" {expect.alert} " in x), None)
+        assert line is not None, closing
+        labels = {k: v for k, v in expect.labels.items() if k != "severity"}
+        assert all(f"{k}={v}" in line for k, v in labels.items()), line
+        assert {"critical": "CRIT", "warning": "WARN"}[expect.labels["severity"]] in line
+    assert "CRIT, " in closing.splitlines()[1], closing
 
 
 def _stall_seconds(humanized: str) -> float:

@@ -4,12 +4,12 @@ reads it as kind "llamacpp" end to end (collector, per-slot series, stall tracke
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import json
 import time
 from pathlib import Path
 
 import aiohttp
+import msgspec
 from prometheus_client.parser import text_string_to_metric_families
 
 from exporter.config import Config, GpuConfig, HostConfig
@@ -165,7 +165,7 @@ def test_the_exporter_probes_a_llamacpp_on_its_schedule():
     async def scenario():
         server = LlamacppSimServer()
         await server.start()
-        engine = dataclasses.replace(engine_config(server.url, kind="llamacpp"),
+        engine = msgspec.structs.replace(engine_config(server.url, kind="llamacpp"),
                                      probe_interval_seconds=60.0, probe_max_new_tokens=8)
         exporter = Exporter(Config(gpu=GpuConfig(enabled=False), host=HostConfig(enabled=False),
                                    engines=(engine,)))

@@ -19,6 +19,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+import msgspec
 import pytest
 
 from alerts.generate import build
@@ -194,14 +195,14 @@ async def observe(scenario: Scenario, engine_kind: str = "sglang"
         # expect (the stutter's minutes); the test's own requests feed the health
         # history, as a scraper's would (the background sampler counts real seconds,
         # the monitor rig seconds).
-        config = dataclasses.replace(
+        config = msgspec.structs.replace(
             config, thresholds=judged_thresholds(stall, fault_scale),
-            engines=tuple(dataclasses.replace(
+            engines=tuple(msgspec.structs.replace(
                 e, stall_window_seconds=e.stall_window_seconds / fault_scale,
                 probe_interval_seconds=PROBE_REAL_SECONDS.get(scenario.name,
                                                               e.probe_interval_seconds))
                 for e in config.engines),
-            health=dataclasses.replace(config.health, sample_interval_seconds=0))
+            health=msgspec.structs.replace(config.health, sample_interval_seconds=0))
         exporter = Exporter(config)
         exporter.health.clock = rig.clock.now
         samples: list[Sample] = []

@@ -10,8 +10,7 @@ RigAgentRecomputing.
 
 from __future__ import annotations
 
-from typing import Any
-
+from exporter.daemon.health.document import AgentLine, Flight
 from exporter.daemon.health.report import Signal, Stage
 from exporter.daemon.health.view import Context, RigView, engine_labels, percent, seconds, signal
 from exporter.daemon.tap.tally import AgentReading
@@ -110,7 +109,7 @@ def _pool(view: RigView, name: str) -> float | None:
     return l1 + (values.get("hicache_host_capacity_tokens") or 0.0)
 
 
-def agents_section(view: RigView) -> list[dict[str, Any]]:
+def agents_section(view: RigView) -> list[AgentLine]:
     """Per tapped engine and agent: what it has in flight, its context and its stalls
     (the /api/health "agents" list; rigctl health and the landing page show it)."""
     out = []
@@ -118,20 +117,20 @@ def agents_section(view: RigView) -> list[dict[str, Any]]:
         context = _context_length(view, name)
         for agent in tap.agents:
             prompt = agent.last_prompt_tokens
-            out.append({
-                "engine": name,
-                "agent": agent.name,
-                "streams": agent.streams_active,
-                "in_flight": [{"age_seconds": f.age_seconds, "waiting": f.waiting,
-                               "tokens": f.tokens, "open_gap_seconds": f.open_gap_seconds,
-                               "bounded": f.bounded} for f in agent.in_flight],
-                "longest_request_seconds": agent.longest_request_seconds,
-                "longest_first_token_wait_seconds": agent.longest_first_token_wait_seconds,
-                "last_prompt_tokens": prompt,
-                "context_ratio": None if prompt is None or not context else prompt / context,
-                "max_gap_seconds": agent.max_gap_seconds,
-                "starved_seconds": {by: s for by, s in agent.starved_seconds.items() if s > 0},
-                "requests": sum(agent.requests.values()),
-                "unbounded_requests": agent.unbounded_requests,
-            })
+            out.append(AgentLine(
+                engine=name,
+                agent=agent.name,
+                streams=agent.streams_active,
+                in_flight=[Flight(age_seconds=f.age_seconds, waiting=f.waiting,
+                                  tokens=f.tokens, open_gap_seconds=f.open_gap_seconds,
+                                  bounded=f.bounded) for f in agent.in_flight],
+                longest_request_seconds=agent.longest_request_seconds,
+                longest_first_token_wait_seconds=agent.longest_first_token_wait_seconds,
+                last_prompt_tokens=prompt,
+                context_ratio=None if prompt is None or not context else prompt / context,
+                max_gap_seconds=agent.max_gap_seconds,
+                starved_seconds={by: s for by, s in agent.starved_seconds.items() if s > 0},
+                requests=sum(agent.requests.values()),
+                unbounded_requests=agent.unbounded_requests,
+            ))
     return out

@@ -10,27 +10,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from exporter.ranked import Ranked
+import msgspec
 
+from exporter.daemon.health.document import AgentLine, CheckLine, HealthReport, HealthStatus, State
 
-class HealthStatus(Ranked):
-    """A health check's verdict on the rig, at its rule's severity (not the doctor's
-    DoctorStatus, which judges the setup). Mildest first: an unknown check ranks
-    above an ok one and below a warning."""
-
-    OK = "ok"
-    UNKNOWN = "unknown"
-    WARN = "warn"
-    CRIT = "crit"
-
-
-class State(Ranked):
-    """The mirrored alert's state in Prometheus' words, as the exporter has watched
-    its condition: pending while it holds for less than the rule's `for`."""
-
-    INACTIVE = "inactive"
-    PENDING = "pending"
-    FIRING = "firing"
 # A rule's severity when it fires; info (RigGpuPowerCapped) is expected, not trouble.
 SEVERITY_STATUS = {"critical": HealthStatus.CRIT, "warning": HealthStatus.WARN,
                    "info": HealthStatus.OK}
@@ -82,13 +65,14 @@ class Check:
     signal: str = ""  # which of the check's conditions this line reports
     state: State | None = None  # None when the condition cannot be told
 
+    def line(self) -> CheckLine:
+        return CheckLine(name=self.name, status=self.status, value=self.value,
+                         threshold=self.threshold, unit=self.unit, reason=self.reason,  # type: ignore[arg-type]
+                         labels=self.labels, alert=self.alert, signal=self.signal,
+                         state=self.state)
+
     def to_json(self) -> dict[str, Any]:
-        return {
-            "name": self.name, "status": self.status.value, "value": self.value,
-            "threshold": self.threshold, "unit": self.unit, "reason": self.reason,
-            "labels": self.labels, "alert": self.alert, "signal": self.signal,
-            "state": None if self.state is None else self.state.value,
-        }
+        return msgspec.to_builtins(self.line())
 
 
 @dataclass(frozen=True)
@@ -97,8 +81,8 @@ class Report:
     time: float  # Unix seconds of the snapshot judged
     watched_seconds: float  # how much history the windows had
     #: Per tapped engine and agent: its requests in flight, context and stalls
-    #: (exporter/daemon/health/agents.py), JSON already.
-    agents: tuple[dict[str, Any], ...] = ()
+    #: (exporter/daemon/health/agents.py).
+    agents: tuple[AgentLine, ...] = ()
 
     @property
     def status(self) -> HealthStatus:
@@ -111,13 +95,10 @@ class Report:
         return HealthStatus.UNKNOWN
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "status": self.status.value,
-            "time": self.time,
-            "watched_seconds": self.watched_seconds,
-            "checks": [c.to_json() for c in self.checks],
-            "agents": list(self.agents),
-        }
+        """The /api/health document (exporter/daemon/health/document.py)."""
+        return msgspec.to_builtins(HealthReport(
+            status=self.status, time=self.time, watched_seconds=self.watched_seconds,
+            checks=[c.line() for c in self.checks], agents=list(self.agents)))
 
 
 def worst_first(checks: list[Check]) -> tuple[Check, ...]:

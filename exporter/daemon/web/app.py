@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import html
 from collections.abc import Sequence
-from typing import Any
 
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST
 
 from exporter import __version__
 from exporter.config import WebConfig
+from exporter.daemon.health.document import AgentLine
 from exporter.daemon.runtime import Exporter
 from exporter.daemon.snapshot import Snapshot
 from exporter.daemon.tap import tap_readings
@@ -107,16 +107,16 @@ def _streams_table(snapshot: Snapshot) -> str:
 """
 
 
-def _agents_table(agents: Sequence[dict[str, Any]]) -> str:
+def _agents_table(agents: Sequence[AgentLine]) -> str:
     """Each agent's streams in flight: age, tokens, the gap open since its last token."""
     rows = []
     for a in agents:
         flights = "<br>".join(
-            f"{f['age_seconds']:.0f} s old, "
-            + ("waiting for its first token" if f["waiting"] else
-               f"{f['tokens']:,} tokens, {f['open_gap_seconds'] or 0:.2f} s since the last")
-            + ("" if f["bounded"] else ", no max_tokens") for f in a["in_flight"]) or "none"
-        rows.append(f"<tr><td>{html.escape(a['engine'])}</td><td>{html.escape(a['agent'])}</td>"
+            f"{f.age_seconds:.0f} s old, "
+            + ("waiting for its first token" if f.waiting else
+               f"{f.tokens:,} tokens, {f.open_gap_seconds or 0:.2f} s since the last")
+            + ("" if f.bounded else ", no max_tokens") for f in a.in_flight) or "none"
+        rows.append(f"<tr><td>{html.escape(a.engine)}</td><td>{html.escape(a.agent)}</td>"
                     f"<td>{flights}</td></tr>")
     if not rows:
         return ""

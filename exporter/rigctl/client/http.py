@@ -17,11 +17,9 @@ serve a command already on a loop (the doctor's watch, the demo).
 from __future__ import annotations
 
 import json
-import math
 import os
 import socket
 import ssl
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -31,8 +29,6 @@ from exporter.process.ctrl_c import run_interruptible
 
 #: The most of an answer rigctl reads; a health report of a large rig is ~20 KiB.
 MAX_ANSWER_BYTES = 4 * 1024 * 1024
-#: Health report statuses (exporter/daemon/health/health.schema.json).
-STATUSES = frozenset({"ok", "warn", "crit", "unknown"})
 _CHUNK_BYTES = 64 * 1024
 
 
@@ -159,53 +155,6 @@ def _short(reason: object, limit: int = 120) -> str:
 # --- shapes -------------------------------------------------------------------
 
 
-def health_report(url: str, body: Any) -> dict[str, Any]:
-    """`body` if it is a health report rigctl can print (the schema's required parts)."""
-    report = _object(url, body, "the report")
-    _field(url, report, "status", "the report", lambda v: v in STATUSES, "a status")
-    _field(url, report, "time", "the report", lambda v: _finite(v) and 0 <= v < 1e11,
-           "a Unix time")
-    checks = _field(url, report, "checks", "the report", _is(list), "a list")
-    for i, check in enumerate(checks):
-        where = f"checks[{i}]"
-        _object(url, check, where)
-        for key in ("name", "unit", "reason"):
-            _field(url, check, key, where, _is(str), "a string")
-        _field(url, check, "status", where, lambda v: v in STATUSES, "a status")
-        for key in ("value", "threshold"):
-            _field(url, check, key, where, lambda v: v is None or _finite(v),
-                   "a finite number or null")
-        _field(url, check, "labels", where, _string_map, "an object of strings")
-    _agents(url, report)
-    return report
-
-
-def _agents(url: str, report: dict[str, Any]) -> None:
-    """The optional "agents" section, in the parts rigctl prints (an older exporter
-    has none)."""
-    if "agents" not in report:
-        return
-    agents = _field(url, report, "agents", "the report", _is(list), "a list")
-    for i, agent in enumerate(agents):
-        where = f"agents[{i}]"
-        _object(url, agent, where)
-        for key in ("engine", "agent"):
-            _field(url, agent, key, where, _is(str), "a string")
-        for key in ("streams", "requests"):
-            _field(url, agent, key, where, lambda v: _finite(v) and v >= 0, "a count")
-        for key in ("longest_request_seconds", "max_gap_seconds"):
-            _field(url, agent, key, where, _finite, "a finite number")
-        for key in ("last_prompt_tokens", "context_ratio"):
-            _field(url, agent, key, where, lambda v: v is None or _finite(v),
-                   "a finite number or null")
-        _field(url, agent, "starved_seconds", where, lambda v: isinstance(v, dict) and all(
-            isinstance(k, str) and _finite(s) for k, s in v.items()), "an object of numbers")
-        flights = _field(url, agent, "in_flight", where, _is(list), "a list")
-        for j, flight in enumerate(flights):
-            _field(url, _object(url, flight, f"{where}.in_flight[{j}]"), "waiting",
-                   f"{where}.in_flight[{j}]", _is(bool), "true or false")
-
-
 def items(url: str, body: Any, *path: str) -> list[dict[str, Any]]:
     """The list of objects at `path` in a Prometheus or Alertmanager answer."""
     value = field(url, body, *path, kind=object)
@@ -230,28 +179,6 @@ def _object(url: str, value: Any, where: str) -> dict[str, Any]:
     if not isinstance(value, dict):
         raise BadAnswer(f"{url}: {where} is {_kind(value)}, not an object")
     return value
-
-
-def _field(url: str, obj: dict[str, Any], key: str, where: str,
-           good: Callable[[Any], bool], expected: str) -> Any:
-    if key not in obj:
-        raise BadAnswer(f"{url}: {where} has no {key!r}")
-    if not good(obj[key]):
-        raise BadAnswer(f"{url}: {where}.{key} is {_kind(obj[key])}, not {expected}")
-    return obj[key]
-
-
-def _is(kind: type) -> Callable[[Any], bool]:
-    return lambda v: isinstance(v, kind)
-
-
-def _finite(value: Any) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool) \
-        and math.isfinite(value)
-
-
-def _string_map(value: Any) -> bool:
-    return isinstance(value, dict) and all(isinstance(v, str) for v in value.values())
 
 
 def _kind(value: Any) -> str:

@@ -6,7 +6,8 @@ reading it, and, when they are installed, Prometheus and Alertmanager with
 time-scaled copies of the rules and routing. Then it plays a tour of the
 scenarios (`exporter.sim.scenarios`, the ones the end-to-end tests assert on),
 and prints as they happen each step of a scenario, each alert going pending,
-firing and resolved in Prometheus, and each notification Alertmanager sends.
+firing and resolved in Prometheus, and each notification Alertmanager sends. It ends
+with `rigctl report` of the tour's own span.
 
 Every time it prints is the rig's: the clock on the left counts the rig's
 life (h:mm:ss), [brackets] the scenario's seconds, and the notifications read
@@ -23,6 +24,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import io
 import json
 import logging
 import shutil
@@ -38,11 +40,17 @@ from exporter.process.endings import Interrupted, Say
 from exporter.process.launch import ExporterProcess, Process, start_exporter, stop_together
 from exporter.rigctl.client.http import Unreachable, read_text
 from exporter.rigctl.commands.common import EXIT_ENDINGS, EXIT_OK, EXIT_UNKNOWN
+from exporter.rigctl.report.build import build
+from exporter.rigctl.report.query import Prometheus
+from exporter.rigctl.report.rules import alert_rules, matchers, parse_duration
+from exporter.rigctl.report.text import render
 from exporter.rigctl.stack import Monitoring, Notification, WebhookReceiver
 from exporter.sim.rig.simrig import SimRig
 from exporter.sim.scenarios import SCENARIOS, Expect, Scenario
 from exporter.sim.scenarios.player import play
 
+# The `rig` label of the demo's exporter in Prometheus.
+DEMO_RIG = "demo"
 # The healthy rig, then the failures the project exists to show: the agents' own
 # (who starved whom, who holds the engine) among them.
 TOUR = ("healthy", "prefill-starves-decode", "four-agents-hog", "thermal-downclock",
@@ -266,7 +274,7 @@ class Demo:
             # them), waited for in another, so that a signal meanwhile is heard.
             monitoring.launch()
             await asyncio.to_thread(monitoring.wait_ready)
-            monitoring.write_targets([("demo", address)])
+            monitoring.write_targets([(DEMO_RIG, address)])
             processes += monitoring.processes
             self.watcher = asyncio.create_task(self._watch_alerts(monitoring))
             self.fired = []
@@ -276,11 +284,35 @@ class Demo:
                          " them): showing the exporter's readings instead of alerts")
             self.watcher = asyncio.create_task(self._watch_exporter(address))
         self._ready(address, monitoring, processes)
+        started = time.time()
         await self._warm_up(monitoring)
         for scenario in self.scenarios:
             await self._play(scenario, rig)
         await self._settle()
+        if monitoring is not None:
+            await self._report(monitoring, started)
         self.say("tour done")
+
+    async def _report(self, monitoring: Monitoring, started: float) -> None:
+        """`rigctl report` of the tour's own span, from its Prometheus, with the rules
+        time-scaled as Prometheus ran them (the wall clock's times and seconds)."""
+        self.say(f"the report of the tour (rigctl report; wall-clock times, the rig ran"
+                 f" {self.speed:g}x faster):")
+        selection = matchers(rig=DEMO_RIG)
+        rules = alert_rules(selection, monitoring.thresholds, monitoring.time_scale,
+                            monitoring.stall_scale)
+        evaluation = parse_duration(monitoring.intervals.evaluation)
+        prometheus = Prometheus(monitoring.prometheus_url, timeout=30.0)
+        try:
+            report = await asyncio.to_thread(build, prometheus, started, time.time(), rules,
+                                             selection, evaluation)
+        except Unreachable as exc:
+            self.say(f"no report: {exc}")
+            return
+        text = io.StringIO()
+        render(report, text)
+        for line in text.getvalue().splitlines():
+            self.say_line(line)
 
     async def _play(self, scenario: Scenario, rig: SimRig) -> None:
         """The scenario's timeline; the rig says each step, the watcher each alert."""

@@ -14,7 +14,8 @@ import sys
 import time
 from typing import Any, TextIO
 
-from exporter.rigctl.client.http import BadAnswer, Unreachable, get_json, health_report, items
+from exporter.rigctl.client.health import health_report
+from exporter.rigctl.client.http import BadAnswer, Unreachable, get_json, items
 from exporter.rigctl.commands.common import (
     DEFAULT_EXPORTER,
     EXIT_CODES,

@@ -10,11 +10,11 @@ what was seen; the checks of files read them now, on this host.
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import time
 from dataclasses import dataclass
 
 import aiohttp
+import msgspec
 
 from exporter.config import Config, EngineConfig
 from exporter.daemon.engines.probe import ProbeResult, StreamProbe
@@ -78,7 +78,7 @@ def _probed_engines(config: Config | None, first: Scrape) -> list[EngineConfig]:
     if config is None:
         return []
     served = {s.labels.get("source", "") for s in first.all("rig_source_up")}
-    return [dataclasses.replace(e, url=_tap_url(e.tap_listen_address) or e.url)
+    return [msgspec.structs.replace(e, url=_tap_url(e.tap_listen_address) or e.url)
             for e in config.engines if engine_source(e.name) in served]
 
 

@@ -35,7 +35,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from exporter.config import EngineConfig
+from exporter.config import default_of
 from exporter.process.launch import free_port
 from exporter.sim.agents import Agents, SimAgent, roster_for
 from exporter.sim.engine.llamacpp import LlamacppSimServer
@@ -179,8 +179,9 @@ class SimRig:
         Prometheus rules time-scaled by the same factor (`alerts.timescale`): a
         stall then leaves the longest-stall gauge when the scaled rules expect it to."""
         stall = self.stall_scale
-        timeout = max(MIN_PROBE_TIMEOUT_SECONDS, EngineConfig.probe_timeout_seconds / stall)
-        default_poll = EngineConfig.stall_poll_interval_seconds
+        timeout = max(MIN_PROBE_TIMEOUT_SECONDS,
+                      default_of("engine", "probe_timeout_seconds") / stall)
+        default_poll = default_of("engine", "stall_poll_interval_seconds")
         poll = stall_poll_seconds or min(default_poll,
                                          max(MIN_STALL_POLL_SECONDS, default_poll / stall))
         scale = self.initial_time_scale

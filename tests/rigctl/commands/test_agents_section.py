@@ -7,7 +7,8 @@ import io
 
 import pytest
 
-from exporter.rigctl.client.http import BadAnswer, health_report
+from exporter.rigctl.client.health import health_report
+from exporter.rigctl.client.http import BadAnswer
 from exporter.rigctl.commands.health import print_agents
 
 AGENT = {"engine": "main", "agent": "analyst", "streams": 1,
