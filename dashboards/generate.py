@@ -6,7 +6,8 @@
     python -m dashboards.generate --config rig.toml --out DIR
                                                         # the rig's own [thresholds]
 
-Exit status: 0 done, 1 stale (`--check`), 2 a bad config file.
+Exit status: 0 done, 1 stale (`--check`), 2 a bad config file or no grafanalib
+(the `dashboards` extra: `pip install 'rig-telemetry[dashboards]'`).
 
 Each `<name>.dashboard.py` defines `build(thresholds) -> Dashboard` (and, for
 grafanalib's own `generate-dashboards`, `dashboard = build(Thresholds())`); its
@@ -26,7 +27,10 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from grafanalib._gen import DashboardEncoder
+try:
+    from grafanalib._gen import DashboardEncoder
+except ImportError:  # an install without the `dashboards` extra: main() says so
+    DashboardEncoder = None
 
 from dashboards.clean import clean
 from exporter.process.source_tree import in_checkout
@@ -71,6 +75,10 @@ def main(argv: list[str] | None = None) -> int:
                         help="where to write the JSON (default: beside the sources in a"
                              " checkout, the current directory in an installed copy)")
     args = parser.parse_args(argv)
+    if DashboardEncoder is None:
+        print("dashboards.generate: needs grafanalib: pip install "
+              "'rig-telemetry[dashboards]'", file=sys.stderr)
+        return 2
     try:
         t = thresholds_from_config(args.config) if args.config else Thresholds()
     except ValueError as exc:

@@ -43,21 +43,15 @@ from grafanalib.core import (
     TimeSeries,
 )
 
+from exporter.grafana_uids import DASHBOARD_UIDS
 from exporter.schema import CARD_LABEL, ENGINE_LABEL, RIG_LABEL, TARGET_LABELS, label_list
 
 # Grafana 10.4 / 11.x write 39; newer releases migrate it forward on load.
 SCHEMA_VERSION = 39
 DATASOURCE = {"type": "prometheus", "uid": "${datasource}"}
 TAG = "rig"
-# Dashboard uids by the name of their `<name>.dashboard.py`; links and the runbook use them.
-UIDS = {
-    "overview": "rig-overview",
-    "decode": "rig-decode",
-    "hicache": "rig-hicache",
-    "gpus": "rig-gpus",
-    "host": "rig-host",
-    "agents": "rig-agents",
-}
+# Dashboard uids by the name of their `<name>.dashboard.py` (exporter/grafana_uids.py).
+UIDS = DASHBOARD_UIDS
 WIDTH = 24  # Grafana's grid is 24 columns wide
 # Grafana's custom unit: the value, then the suffix (it has no token unit).
 TOKENS_PER_SECOND = "suffix: tok/s"

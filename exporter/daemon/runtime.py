@@ -28,6 +28,7 @@ from exporter.daemon.snapshot import Snapshot, Source, SourceRunner
 from exporter.daemon.sources.gpu import GpuSource
 from exporter.daemon.sources.host import HostSource
 from exporter.daemon.tap.source import DRAIN_SECONDS, TapSource, tap_key
+from exporter.process.in_flight import InFlight
 from exporter.process.log_limits import Conditions
 
 log = logging.getLogger(__name__)
@@ -90,7 +91,7 @@ class Exporter:
                         else {("given", i): s for i, s in enumerate(sources)})
         self.sources = list(self._by_key.values())
         self.runner = SourceRunner(self.sources, config.web.scrape_deadline_seconds)
-        self._in_flight: asyncio.Future[Snapshot] | None = None
+        self._reading = InFlight(self._read_and_observe)
         self.health = HealthMonitor(config.thresholds, config.engines)
         self._sampler: asyncio.Task[None] | None = None
         self._rendered: tuple[Snapshot, bytes] | None = None
@@ -163,7 +164,7 @@ class Exporter:
             # The sources' states carry over: a source still down is not told again.
             self.runner = SourceRunner(self.sources, config.web.scrape_deadline_seconds,
                                        self.runner.conditions)
-            self._in_flight = None
+            self._reading = InFlight(self._read_and_observe)  # the old runner's read is left
             self.health.reconfigure(config.thresholds, config.engines)
             log.info("sources: %s (started: %s)", ", ".join(s.name for s in self.sources)
                      or "none", ", ".join(s.name for s in added if s in self.sources) or "none")
@@ -182,12 +183,10 @@ class Exporter:
         """Read every source; scrapes, health requests and the health sampler that
         arrive while a read is under way share it.
 
-        Fifty scrapes at once then cost SGLang and sysfs one read, not fifty. The
-        shield keeps one scraper's disconnect from cancelling the others' read.
+        Fifty scrapes at once then cost SGLang and sysfs one read, not fifty; one
+        scraper's disconnect does not cancel the others' read (exporter/process/in_flight.py).
         """
-        if self._in_flight is None or self._in_flight.done():
-            self._in_flight = asyncio.ensure_future(self._read_and_observe())
-        return await asyncio.shield(self._in_flight)
+        return await self._reading()
 
     async def _read_and_observe(self) -> Snapshot:
         snapshot = await self.runner.snapshot()

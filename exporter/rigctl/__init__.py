@@ -40,9 +40,9 @@ COMMANDS = ("demo", "health", "report", "doctor", "probe", "bench", "sim")
 
 def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     """Every subcommand's parser, or only `command`'s: `rigctl health` then leaves
-    aiohttp and the simulator unloaded and starts in a quarter of the CPU time."""
-    # Imported here, not above: importing the package (aiohttp and the simulator
-    # with it) takes a second or more, and a Ctrl-C meanwhile must meet the guard.
+    the simulator, the demo's stack and the experiments unloaded."""
+    # Imported here, not above: importing the package (the simulator with it) takes a
+    # second or more, and a Ctrl-C meanwhile must meet the guard.
     from exporter.rigctl.commands.common import EXIT_CODES, Parser, help_formatter
 
     intro, commands_text = __doc__.split("\n\n")[0], __doc__.split("\n\n")[1:3]

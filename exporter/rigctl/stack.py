@@ -10,11 +10,9 @@ time-scaled copies (`alerts/timescale.py`); Alertmanager's webhooks go to a
 
 from __future__ import annotations
 
-import json
 import shutil
 import time
 import urllib.parse
-import urllib.request
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,6 +25,7 @@ from alerts import ALERTMANAGER_CONFIG
 from alerts.generate import render
 from alerts.timescale import scaled_alertmanager
 from exporter.process.launch import Process, free_port, wait_ready
+from exporter.rigctl.client.http import get_json, items
 from exporter.thresholds import Thresholds
 
 # The scrape job of deploy/prometheus.yml.
@@ -225,10 +224,9 @@ class Monitoring:
 
     def alerts(self) -> list[dict[str, Any]]:
         """Prometheus' pending and firing alerts (its /api/v1/alerts)."""
-        with urllib.request.urlopen(self.prometheus_url + "/api/v1/alerts", timeout=10) as reply:
-            return json.load(reply)["data"]["alerts"]
+        url = self.prometheus_url + "/api/v1/alerts"
+        return items(url, get_json(url, 10), "data", "alerts")
 
     def query(self, promql: str) -> list[dict[str, Any]]:
         url = self.prometheus_url + "/api/v1/query?" + urllib.parse.urlencode({"query": promql})
-        with urllib.request.urlopen(url, timeout=10) as response:
-            return json.load(response)["data"]["result"]
+        return items(url, get_json(url, 10), "data", "result")

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import os
 import sys
 import threading
@@ -14,6 +12,8 @@ from types import FrameType
 from typing import Generic, TypeVar
 
 from exporter.daemon.snapshot import SourceError
+from exporter.process.daemon_thread import in_daemon_thread
+from exporter.process.in_flight import InFlight
 
 T = TypeVar("T")
 
@@ -24,49 +24,27 @@ class BlockingRead(Generic[T]):
     A read stuck in the kernel (a GPU in reset) cannot be cancelled: its thread
     stays busy after the scrape's deadline. Starting another each scrape would
     pile up threads, so while one is still blocked the source fails at once and
-    says so.
-
-    The thread is a daemon, never one of asyncio's default executor: Python joins
-    the executor's threads at the loop's close and at exit, with no timeout, so one
-    stuck read would hold a stop for good (docs/deploy.md#stopping). Starting a
-    thread per read costs about what the pool's hand-off does (0.1-0.4 ms a round
-    trip either way on a shared 2-core box), once per source per scrape.
+    says so. The thread is a daemon (exporter/process/daemon_thread.py), so a
+    stuck read never holds a stop; a deadline cancels the wait, not the read
+    (exporter/process/in_flight.py).
     """
 
     def __init__(self, read: Callable[[], T], what: str) -> None:
         self.read = read
         self.what = what
-        self._pending: asyncio.Future[T] | None = None
+        self._reading = InFlight(lambda: in_daemon_thread(self._timed, f"read: {what}"))
 
     async def __call__(self) -> T:
-        if self._pending is not None and not self._pending.done():
+        if self._reading.busy:
             raise SourceError(f"{self.what}: the previous read is still blocked")
-        loop = asyncio.get_running_loop()
-        self._pending = loop.create_future()
-        threading.Thread(target=self._run, args=(loop, self._pending), daemon=True,
-                         name=f"read: {self.what}").start()
-        # A deadline cancels this wait, not the read: the thread finishes on its own.
-        return await asyncio.shield(self._pending)
+        return await self._reading()
 
-    def _run(self, loop: asyncio.AbstractEventLoop, future: asyncio.Future[T]) -> None:
+    def _timed(self) -> T:
         _running[threading.current_thread()] = (self.what, time.monotonic())
         try:
-            result: tuple[T | None, BaseException | None] = (self.read(), None)
-        except BaseException as exc:  # handed to the waiting coroutine, as to_thread does
-            result = (None, exc)
+            return self.read()
         finally:
             del _running[threading.current_thread()]
-        with contextlib.suppress(RuntimeError):  # the loop closed: nobody waits any more
-            loop.call_soon_threadsafe(_settle, future, *result)
-
-
-def _settle(future: asyncio.Future[T], value: T | None, error: BaseException | None) -> None:
-    if future.done():
-        return
-    if error is not None:
-        future.set_exception(error)
-    else:
-        future.set_result(value)  # type: ignore[arg-type]
 
 
 #: Reads under way: thread -> (what, since when).

@@ -3,9 +3,10 @@
 A bcrypt check costs a quarter to half a second of CPU at cost 12, by design. So
 (docs/configuration.md#what-a-password-check-costs):
 
-- bcrypt runs on one thread of its own, a daemon that never holds a stop
-  (docs/deploy.md#stopping), and never on a thread a source reads with;
-- at most MAX_WAITING_CHECKS wait for that thread; beyond them a request is
+- bcrypt runs one check at a time, on a daemon thread that never holds a stop
+  (docs/deploy.md#stopping; exporter/process/daemon_thread.py), and never on a
+  thread a source reads with;
+- at most MAX_WAITING_CHECKS wait for their turn; beyond them a request is
   refused at once with 429 and Retry-After, which says "load", not "wrong
   password" (no password was checked);
 - every verdict is remembered, keyed by a keyed BLAKE2b digest of user and
@@ -20,20 +21,17 @@ A bcrypt check costs a quarter to half a second of CPU at cost 12, by design. So
 from __future__ import annotations
 
 import asyncio
-import base64
-import binascii
-import functools
 import hashlib
 import os
-import queue
-import threading
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Mapping
-from concurrent.futures import Executor, Future
-from typing import Any
 
+import aiohttp
 import bcrypt
 from aiohttp import web
+
+from exporter.process.daemon_thread import in_daemon_thread
+from exporter.process.in_flight import InFlightByKey
 
 MAX_WAITING_CHECKS = 4  # 1-2 s of waiting at cost 12, behind the check running
 REMEMBERED_SUCCESSES = 64
@@ -59,8 +57,8 @@ class BasicAuth:
         self._key = os.urandom(32)  # a digest means nothing outside this process
         self._granted: OrderedDict[bytes, None] = OrderedDict()
         self._denied: OrderedDict[bytes, None] = OrderedDict()
-        self._checking: dict[bytes, asyncio.Future[bool]] = {}
-        self._thread = _DaemonThread("bcrypt")
+        self._checking: InFlightByKey[bytes, bool] = InFlightByKey()
+        self._one_at_a_time = asyncio.Lock()  # bcrypt takes one core at most
 
     async def check(self, user: str, password: str) -> bool | None:
         """True for a listed user's password, False otherwise; None when too many
@@ -70,24 +68,17 @@ class BasicAuth:
             if key in remembered:
                 remembered.move_to_end(key)
                 return verdict
-        pending = self._checking.get(key)
-        if pending is None:
-            if len(self._checking) > MAX_WAITING_CHECKS:  # one running, the rest waiting
-                return None
-            pending = self._checking[key] = asyncio.ensure_future(
-                self._verify(key, user, password))
+        if key not in self._checking and len(self._checking) > MAX_WAITING_CHECKS:
+            return None  # one running, the rest waiting
         # A client that hangs up does not cancel the check: its verdict is kept.
-        return await asyncio.shield(pending)
+        return await self._checking(key, lambda: self._verify(key, user, password))
 
     async def _verify(self, key: bytes, user: str, password: str) -> bool:
         hashed = self.users.get(user)
-        loop = asyncio.get_running_loop()
-        try:
-            matched = await loop.run_in_executor(
-                self._thread, self._matches, password.encode(),
-                self._stand_in if hashed is None else hashed)
-        finally:
-            del self._checking[key]
+        checked = self._stand_in if hashed is None else hashed
+        async with self._one_at_a_time:  # first come, first checked
+            matched = await in_daemon_thread(
+                lambda: self._matches(password.encode(), checked), "bcrypt")
         granted = matched and hashed is not None
         remembered, limit = ((self._granted, REMEMBERED_SUCCESSES) if granted
                              else (self._denied, REMEMBERED_FAILURES))
@@ -128,31 +119,6 @@ class BasicAuth:
         return authenticate
 
 
-class _DaemonThread(Executor):
-    """One daemon thread, for run_in_executor. ThreadPoolExecutor's threads are not
-    daemons: Python joins them at exit, so a check under way would hold a stop."""
-
-    def __init__(self, name: str) -> None:
-        self._jobs: queue.SimpleQueue[tuple[Future[Any], Callable[[], Any]]] = (
-            queue.SimpleQueue())
-        threading.Thread(target=self._work, name=name, daemon=True).start()
-
-    def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Future[Any]:
-        future: Future[Any] = Future()
-        self._jobs.put((future, functools.partial(fn, *args, **kwargs)))
-        return future
-
-    def _work(self) -> None:
-        while True:
-            future, job = self._jobs.get()
-            if not future.set_running_or_notify_cancel():  # its waiter gave up
-                continue
-            try:
-                future.set_result(job())
-            except BaseException as exc:  # handed to the waiting coroutine
-                future.set_exception(exc)
-
-
 def _cost(hashed: bytes) -> int:
     """The cost of a "$2b$12$..." hash: 12."""
     try:
@@ -162,11 +128,11 @@ def _cost(hashed: bytes) -> int:
 
 
 def _credentials(header: str) -> tuple[str, str] | None:
-    scheme, _, encoded = header.partition(" ")
-    if scheme.lower() != "basic":
-        return None
+    """User and password of a Basic header; None for any other or malformed one.
+    aiohttp's decoder raises ValueError (UnicodeError included) for every bad form:
+    no space, another scheme, non-ASCII or bad base64, no colon, non-UTF-8 bytes."""
     try:
-        user, sep, password = base64.b64decode(encoded, validate=True).decode().partition(":")
-    except (binascii.Error, UnicodeDecodeError):
+        auth = aiohttp.BasicAuth.decode(header, encoding="utf-8")
+    except ValueError:
         return None
-    return (user, password) if sep else None
+    return auth.login, auth.password

@@ -42,6 +42,16 @@ def load_web_security(path: str | Path | None) -> WebSecurity:
     """Parse and check the web config file; ConfigError names the bad key."""
     if path is None:
         return WebSecurity()
+    raw = read_web_config(path)
+    return WebSecurity(
+        tls=_tls(raw.get("tls_server_config"), Path(path).parent),
+        basic_auth_users=_users(raw.get("basic_auth_users")),
+    )
+
+
+def read_web_config(path: str | Path) -> dict[str, Any]:
+    """The file's YAML mapping, its top-level keys checked (rigctl reads it too, to
+    reach the exporter it configures)."""
     where = "web.config_file"
     try:
         raw = yaml.safe_load(Path(path).read_text()) or {}
@@ -55,10 +65,7 @@ def load_web_security(path: str | Path | None) -> WebSecurity:
         if key not in ("tls_server_config", "basic_auth_users"):
             raise ConfigError(key, raw[key], "unsupported web config key "
                               "(supported: tls_server_config, basic_auth_users)")
-    return WebSecurity(
-        tls=_tls(raw.get("tls_server_config"), Path(path).parent),
-        basic_auth_users=_users(raw.get("basic_auth_users")),
-    )
+    return raw
 
 
 def _tls(t: Any, base: Path) -> ssl.SSLContext | None:

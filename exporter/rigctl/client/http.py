@@ -6,24 +6,30 @@ port can answer anything: a body dribbled a byte at a time, bytes that are not
 HTTP, `null`, NaN, a list nested a million deep. Each becomes `BadAnswer`, one
 line naming the URL and what was wrong, which the commands turn into exit 3
 (unknown), never a traceback.
+
+Every request is aiohttp's, under `ClientTimeout(total=...)`: one deadline for the
+whole answer, connecting and a body sent a byte a second included.
+`get_json` runs it on an event loop of its own through exporter/process/ctrl_c.py,
+so Ctrl-C cancels it between callbacks; the async ones (`read_json`, `read_text`)
+serve a command already on a loop (the doctor's watch, the demo).
 """
 
 from __future__ import annotations
 
-import base64
-import http.client
 import json
-import queue
+import os
+import socket
 import ssl
-import threading
-import urllib.error
-import urllib.request
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+import aiohttp
+
+from exporter.process.ctrl_c import run_interruptible
+
 #: The most of an answer rigctl reads; a health report of a large rig is ~20 KiB.
 MAX_ANSWER_BYTES = 4 * 1024 * 1024
+_CHUNK_BYTES = 64 * 1024
 
 
 @dataclass(frozen=True)
@@ -34,15 +40,21 @@ class Access:
     password: str = ""
     ca_file: str | None = None
 
-    def request(self, url: str) -> urllib.request.Request:
-        request = urllib.request.Request(url)
-        if self.user is not None:
-            token = base64.b64encode(f"{self.user}:{self.password}".encode()).decode()
-            request.add_header("Authorization", f"Basic {token}")
-        return request
+    def headers(self) -> dict[str, str]:
+        """The request's credentials (never logged, never in an error)."""
+        if self.user is None:
+            return {}
+        return {"Authorization": aiohttp.BasicAuth(self.user, self.password).encode()}
 
     def tls(self) -> ssl.SSLContext | None:
-        return None if self.ca_file is None else ssl.create_default_context(cafile=self.ca_file)
+        if self.ca_file is None:
+            return None
+        context = ssl.create_default_context(cafile=self.ca_file)
+        # Any certificate in the file is a trust anchor, a CA's or the exporter's own
+        # (rigctl doctor --config.file trusts the exporter's cert_file), as Python 3.13's
+        # default context has it (cpython gh-107361).
+        context.verify_flags |= ssl.VERIFY_X509_PARTIAL_CHAIN
+        return context
 
 
 NO_ACCESS = Access()
@@ -56,64 +68,69 @@ class BadAnswer(Unreachable):
     """A server answered, with something rigctl cannot read."""
 
 
+def url_of(listen_address: str, scheme: str = "http") -> str:
+    """The URL that reaches, from this host, a server listening on `listen_address`
+    (host:port): on loopback when it listens on every address."""
+    host, _, port = listen_address.rpartition(":")
+    host = host.strip("[]")
+    host = {"": "127.0.0.1", "0.0.0.0": "127.0.0.1", "::": "::1"}.get(host, host)
+    return f"{scheme}://[{host}]:{port}" if ":" in host else f"{scheme}://{host}:{port}"
+
+
 def get_json(url: str, timeout: float, access: Access = NO_ACCESS) -> Any:
     """The JSON body at `url`, read whole within `timeout` seconds."""
-    return parse_json(url, _within(url, timeout, lambda: _fetch(url, timeout, access)))
+    return run_interruptible(read_json(url, timeout, access))
 
 
-def get_text(url: str, timeout: float, access: Access) -> str:
-    """The UTF-8 text body at `url` (an exporter's /metrics), read whole within
-    `timeout` seconds."""
-    body = _within(url, timeout, lambda: _fetch(url, timeout, access))
+async def read_json(url: str, timeout: float, access: Access = NO_ACCESS) -> Any:
+    return parse_json(url, await read_body(url, timeout, access))
+
+
+async def read_text(url: str, timeout: float, access: Access = NO_ACCESS) -> str:
+    """The UTF-8 text body at `url` (an exporter's /metrics)."""
+    body = await read_body(url, timeout, access)
     try:
         return body.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise BadAnswer(f"{url}: not UTF-8 text (byte {exc.start})") from None
 
 
-def _within(url: str, timeout: float, fetch: Callable[[], bytes]) -> bytes:
-    """`fetch()`, within `timeout` seconds in all.
-
-    urllib's timeout bounds each socket read, not the request: a body sent a
-    byte every second never trips it. So the request runs in a daemon thread
-    (which cannot hold the process at exit) and the caller waits for it once.
-    """
-    answers: queue.SimpleQueue[tuple[bool, Any]] = queue.SimpleQueue()
-
-    def run() -> None:
-        try:
-            answers.put((True, fetch()))
-        except BaseException as exc:  # handed to the caller, who raises it
-            answers.put((False, exc))
-
-    threading.Thread(target=run, name=f"rigctl {url}", daemon=True).start()
+async def read_body(url: str, timeout: float, access: Access = NO_ACCESS) -> bytes:
+    """The body of `GET url` (2xx), at most MAX_ANSWER_BYTES, within `timeout` seconds
+    in all; Unreachable or BadAnswer otherwise."""
     try:
-        ok, value = answers.get(timeout=timeout)
-    except queue.Empty:
+        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=timeout)) as s, \
+                s.get(url, headers=access.headers(), ssl=access.tls() or True) as r:
+            if not 200 <= r.status < 300:
+                raise Unreachable(f"{url}: HTTP {r.status} {_short(r.reason or '')}")
+            body = bytearray()
+            async for chunk in r.content.iter_chunked(_CHUNK_BYTES):
+                body += chunk
+                if len(body) > MAX_ANSWER_BYTES:
+                    raise BadAnswer(f"{url}: answer larger than "
+                                    f"{MAX_ANSWER_BYTES // 1024 // 1024} MiB")
+            return bytes(body)
+    except TimeoutError:  # asyncio's, which ClientTimeout raises (3.11: the builtin)
         raise Unreachable(f"{url}: no whole answer within {timeout:g} s") from None
-    if not ok:
-        raise value
-    return value
-
-
-def _fetch(url: str, timeout: float, access: Access) -> bytes:
-    try:
-        with urllib.request.urlopen(access.request(url), timeout=timeout,
-                                    context=access.tls()) as response:
-            body = response.read(MAX_ANSWER_BYTES + 1)
-            if response.length:  # bytes the Content-Length promised and never came
-                raise http.client.IncompleteRead(body, response.length)
-    except urllib.error.HTTPError as exc:
-        raise Unreachable(f"{url}: HTTP {exc.code} {_short(exc.reason)}") from None
-    except urllib.error.URLError as exc:
-        raise Unreachable(f"{url}: {_short(exc.reason)}") from None
-    except http.client.HTTPException as exc:  # not HTTP, or cut short
+    except aiohttp.ClientConnectorCertificateError as exc:
+        raise Unreachable(f"{url}: {_short(exc.certificate_error)}") from None
+    except aiohttp.ClientConnectorError as exc:
+        raise Unreachable(f"{url}: {_os_reason(exc.os_error)}") from None
+    except (aiohttp.ClientPayloadError, aiohttp.ClientResponseError,
+            aiohttp.ServerDisconnectedError) as exc:  # not HTTP, or cut short
         raise BadAnswer(f"{url}: not a valid HTTP answer ({type(exc).__name__})") from None
-    except (OSError, TimeoutError) as exc:
+    except aiohttp.InvalidURL:
+        raise Unreachable(f"{url}: not a URL rigctl can ask") from None
+    except (aiohttp.ClientError, OSError) as exc:
         raise Unreachable(f"{url}: {_short(exc)}") from None
-    if len(body) > MAX_ANSWER_BYTES:
-        raise BadAnswer(f"{url}: answer larger than {MAX_ANSWER_BYTES // 1024 // 1024} MiB")
-    return body
+
+
+def _os_reason(error: OSError) -> str:
+    """`[Errno 111] Connection refused`, as the OS names it; asyncio's own text for
+    the error names the address again."""
+    if isinstance(error, socket.gaierror) or not error.errno:
+        return _short(error)
+    return f"[Errno {error.errno}] {os.strerror(error.errno)}"
 
 
 def parse_json(url: str, body: bytes) -> Any:

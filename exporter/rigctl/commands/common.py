@@ -6,13 +6,14 @@ from __future__ import annotations
 import argparse
 import os
 import ssl
+from dataclasses import replace
 from pathlib import Path
 from typing import TextIO
 from urllib.parse import urlsplit
 
-from exporter.config import DEFAULT_LISTEN_ADDRESS
+from exporter.config import DEFAULT_LISTEN_ADDRESS, Config
 from exporter.process.endings import CLOSED_PIPE_HELP, INTERRUPTED_HELP, OneLineErrors
-from exporter.rigctl.client.http import Access, Unreachable
+from exporter.rigctl.client.http import Access, Unreachable, url_of
 
 # Nagios plugin exit codes: a monitoring system can run rigctl as a check.
 EXIT_OK, EXIT_WARNING, EXIT_CRITICAL, EXIT_UNKNOWN = 0, 1, 2, 3
@@ -41,10 +42,15 @@ def http_url(text: str) -> str:
     return text.rstrip("/")
 
 
-def add_exporter_argument(parser: argparse.ArgumentParser) -> None:
-    """--exporter, for the subcommands that read a rig exporter."""
-    parser.add_argument("--exporter", type=http_url, default=DEFAULT_EXPORTER, metavar="URL",
-                        help=f"the rig exporter (default {DEFAULT_EXPORTER})")
+def add_exporter_argument(parser: argparse.ArgumentParser, from_config: bool = False) -> None:
+    """--exporter, for the subcommands that read a rig exporter. With `from_config`
+    the default is None: the command takes the exporter from its --config.file
+    (`exporter_from_config`), else DEFAULT_EXPORTER."""
+    default = "the config's web.listen_address with --config.file, else " if from_config \
+        else ""
+    parser.add_argument("--exporter", type=http_url, metavar="URL",
+                        default=None if from_config else DEFAULT_EXPORTER,
+                        help=f"the rig exporter (default {default}{DEFAULT_EXPORTER})")
 
 
 def positive(kind: type[int] | type[float]):
@@ -75,6 +81,8 @@ def add_access_arguments(parser: argparse.ArgumentParser) -> None:
 
 def access_from_args(args: argparse.Namespace) -> Access:
     """The Access the flags ask for; Unreachable when a file cannot be read."""
+    if args.user is not None and ":" in args.user:
+        raise Unreachable(f"--user {args.user}: a basic-auth user cannot hold ':' (RFC 7617)")
     password = os.environ.get("RIGCTL_PASSWORD", "")
     if args.password_file:
         try:
@@ -88,6 +96,33 @@ def access_from_args(args: argparse.Namespace) -> Access:
         except (OSError, ssl.SSLError) as exc:
             raise Unreachable(f"--ca-file {args.ca_file}: {exc}") from exc
     return Access(args.user, password, args.ca_file)
+
+
+def exporter_from_config(args: argparse.Namespace, config: Config | None) -> tuple[str, Access]:
+    """The exporter and how to reach it: --exporter and the access flags as given;
+    without --exporter, the exporter `config` describes (its web.listen_address, on
+    loopback when it listens on every address; https with its own certificate
+    trusted, unless --ca-file, when its web config has TLS; its user, unless --user,
+    when it has exactly one). The password is never in a config: --password-file or
+    $RIGCTL_PASSWORD. ConfigError names a web config that cannot be read."""
+    access = access_from_args(args)
+    if args.exporter is not None or config is None:
+        return args.exporter or DEFAULT_EXPORTER, access
+    if config.web.config_file is None:
+        return url_of(config.web.listen_address), access
+    # Here, not above: PyYAML is only for this, and `rigctl health` starts without it.
+    from exporter.daemon.web.security import read_web_config
+
+    web = read_web_config(config.web.config_file)
+    tls, users = web.get("tls_server_config"), web.get("basic_auth_users")
+    cert = tls.get("cert_file") if isinstance(tls, dict) else None
+    if access.ca_file is None and isinstance(cert, str):
+        # Relative to the web config file, as the exporter reads it.
+        access = replace(access, ca_file=str(Path(config.web.config_file).parent / cert))
+    if access.user is None and isinstance(users, dict) and len(users) == 1 \
+            and ":" not in str(next(iter(users))):
+        access = replace(access, user=str(next(iter(users))))
+    return url_of(config.web.listen_address, "https" if tls else "http"), access
 
 
 # ANSI colours, only when writing to a terminal.

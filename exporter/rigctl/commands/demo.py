@@ -32,14 +32,13 @@ import signal
 import sys
 import tempfile
 import time
-import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TextIO
 
 from exporter.process.endings import Interrupted, Say
 from exporter.process.launch import ExporterProcess, Process, start_exporter, stop_together
-from exporter.rigctl.client.http import Unreachable
+from exporter.rigctl.client.http import Unreachable, read_text
 from exporter.rigctl.commands.common import EXIT_ENDINGS, EXIT_OK, EXIT_UNKNOWN
 from exporter.rigctl.report.build import build
 from exporter.rigctl.report.query import Prometheus
@@ -374,7 +373,7 @@ class Demo:
         both cards before one can vanish, and rate windows need a start."""
         deadline = time.monotonic() + STARTUP_SECONDS
         while monitoring is not None and time.monotonic() < deadline:
-            with contextlib.suppress(OSError):
+            with contextlib.suppress(Unreachable):
                 if await asyncio.to_thread(monitoring.query, 'up{job="rig"} == 1'):
                     break
             await asyncio.sleep(WATCH_SECONDS)
@@ -386,7 +385,7 @@ class Demo:
             await asyncio.sleep(WATCH_SECONDS)
             try:
                 alerts = await asyncio.to_thread(monitoring.alerts)
-            except OSError:
+            except Unreachable:
                 continue
             now = {}
             for alert in alerts:
@@ -406,8 +405,8 @@ class Demo:
         while True:
             await asyncio.sleep(5 * WATCH_SECONDS)
             try:
-                text = await asyncio.to_thread(_get, f"http://{address}/metrics")
-            except OSError:
+                text = await read_text(f"http://{address}/metrics", 5)
+            except Unreachable:
                 continue
             self.say("readings: " + _readings(text, self.stall_scale))
 
@@ -432,11 +431,6 @@ def _name(labels: dict[str, str]) -> str:
     where = " ".join(f"{k}={labels[k]}" for k in ("engine", "card", "sensor", "signal")
                      if labels.get(k))
     return f"{labels.get('alertname', '?')} ({labels.get('severity', '?')}) {where}".rstrip()
-
-
-def _get(url: str) -> str:
-    with urllib.request.urlopen(url, timeout=5) as response:
-        return response.read().decode()
 
 
 def _readings(exposition: str, stall_scale: float) -> str:

@@ -22,10 +22,10 @@ from exporter.rigctl.client.http import Unreachable
 from exporter.rigctl.commands.common import (
     EXIT_ENDINGS,
     EXIT_UNKNOWN,
-    access_from_args,
     add_access_arguments,
     add_exporter_argument,
     coloured,
+    exporter_from_config,
     help_formatter,
     http_url,
     is_tty,
@@ -64,7 +64,7 @@ def add_parser(commands: argparse._SubParsersAction) -> argparse.ArgumentParser:
     doctor = commands.add_parser(
         "doctor", help="does the rig hold the exporter's assumptions? one check per concern",
         description=__doc__.split("\n\n")[1], epilog=EXAMPLES, formatter_class=help_formatter)
-    add_exporter_argument(doctor)
+    add_exporter_argument(doctor, from_config=True)
     doctor.add_argument("--config.file", dest="config_file", metavar="PATH",
                         help="the exporter's config (rig.toml): its engines, sysfs_root, "
                              "metrics_dir and [thresholds]")
@@ -122,8 +122,9 @@ def _request(args: argparse.Namespace) -> Request:
         except (OSError, IndexError) as exc:
             raise Unreachable(f"--grafana-token-file {args.grafana_token_file}: cannot read "
                               f"a token ({exc})") from exc
+    exporter, access = exporter_from_config(args, config)
     return Request(
-        exporter=args.exporter, access=access_from_args(args), config=config,
+        exporter=exporter, access=access, config=config,
         config_path=args.config_file, prometheus=args.prometheus,
         alertmanager=args.alertmanager, grafana=args.grafana,
         grafana_access=TokenAccess(token=token), probe=args.probe,

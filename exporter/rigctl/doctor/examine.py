@@ -10,9 +10,7 @@ what was seen; the checks of files read them now, on this host.
 from __future__ import annotations
 
 import asyncio
-import threading
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 
 import aiohttp
@@ -20,7 +18,8 @@ import msgspec
 
 from exporter.config import Config, EngineConfig
 from exporter.daemon.engines.probe import ProbeResult, StreamProbe
-from exporter.rigctl.client.http import NO_ACCESS, Access
+from exporter.process.ctrl_c import run_interruptible
+from exporter.rigctl.client.http import NO_ACCESS, Access, url_of
 from exporter.rigctl.doctor.context import Context
 from exporter.rigctl.doctor.engine import engine_checks
 from exporter.rigctl.doctor.gpu import gpu_checks
@@ -53,23 +52,10 @@ class Request:
     timeout: float = 10.0
 
 
-def examine(r: Request, sleep: Callable[[float], None] = time.sleep) -> Verdict:
+def examine(r: Request) -> Verdict:
     """Unreachable (exporter.rigctl.commands.common) when the exporter does not answer."""
-    def take() -> Scrape:
-        return scrape(r.exporter, r.timeout, r.access)
-
-    first = take()
-    engines = _probed_engines(r.config, first) if r.probe else []
-    probes = _Probes(engines)
-    probes.start()
-    watch_seconds = max(MIN_WATCH_SECONDS, r.watch_seconds)
-    sleep(max(0.0, first.at + watch_seconds / 2 - time.monotonic()))
-    middle = take()
-    sleep(max(0.0, first.at + watch_seconds - time.monotonic()))
-    probes.join(max((e.probe_timeout_seconds for e in engines), default=0.0)
-                + PROBE_GRACE_SECONDS)
-    watch = Watch((first, middle, take()))
-    c = Context(r.exporter, watch, r.config, r.config_path, r.timeout, dict(probes.results))
+    watch, probed = run_interruptible(_watch(r))
+    c = Context(r.exporter, watch, r.config, r.config_path, r.timeout, probed)
     checks: list[Check] = [*engine_checks(c), *gpu_checks(c), *host_checks(c)]
     interval = None
     if r.prometheus is not None:
@@ -97,28 +83,33 @@ def _probed_engines(config: Config | None, first: Scrape) -> list[EngineConfig]:
 
 
 def _tap_url(address: str) -> str:
-    if not address:
-        return ""
-    host, _, port = address.rpartition(":")
-    host = {"": "127.0.0.1", "0.0.0.0": "127.0.0.1", "[::]": "[::1]"}.get(host, host)
-    return f"http://{host}:{port}"
+    return url_of(address) if address else ""
 
 
-class _Probes(threading.Thread):
-    """The doctor's own probes, one per engine, in a thread of their own while the
-    main thread watches."""
+async def _watch(r: Request) -> tuple[Watch, dict[str, ProbeResult]]:
+    """Three scrapes over the watch, the probes meanwhile on the same loop."""
+    first = await scrape(r.exporter, r.timeout, r.access)
+    engines = _probed_engines(r.config, first) if r.probe else []
+    probing = asyncio.ensure_future(_probe(engines))
+    try:
+        watch_seconds = max(MIN_WATCH_SECONDS, r.watch_seconds)
+        await asyncio.sleep(max(0.0, first.at + watch_seconds / 2 - time.monotonic()))
+        middle = await scrape(r.exporter, r.timeout, r.access)
+        await asyncio.sleep(max(0.0, first.at + watch_seconds - time.monotonic()))
+        # A probe gets its own deadline and a grace beyond the watch, then is given up.
+        await asyncio.wait([probing], timeout=max(
+            (e.probe_timeout_seconds for e in engines), default=0.0) + PROBE_GRACE_SECONDS)
+        probed = probing.result() if probing.done() else {}
+        return Watch((first, middle, await scrape(r.exporter, r.timeout, r.access))), probed
+    finally:
+        probing.cancel()
 
-    def __init__(self, engines: list[EngineConfig]) -> None:
-        super().__init__(name="doctor probes", daemon=True)
-        self.engines = engines
-        self.results: dict[str, ProbeResult] = {}
 
-    def run(self) -> None:
-        if self.engines:
-            asyncio.run(self._all())
-
-    async def _all(self) -> None:
-        async with aiohttp.ClientSession() as session:
-            probes = [StreamProbe(lambda: session, engine) for engine in self.engines]
-            results = await asyncio.gather(*(p.probe_once() for p in probes))
-        self.results = {e.name: result for e, result in zip(self.engines, results, strict=True)}
+async def _probe(engines: list[EngineConfig]) -> dict[str, ProbeResult]:
+    """The doctor's own probes, one per engine, at once."""
+    if not engines:
+        return {}
+    async with aiohttp.ClientSession() as session:
+        probes = [StreamProbe(lambda: session, engine) for engine in engines]
+        results = await asyncio.gather(*(p.probe_once() for p in probes))
+    return {e.name: result for e, result in zip(engines, results, strict=True)}

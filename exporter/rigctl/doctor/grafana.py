@@ -11,12 +11,12 @@ lists dashboards (`uid`, `title`, ...), `GET /api/datasources` the data sources
 
 from __future__ import annotations
 
-import urllib.request
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
 from alerts.rules.common import dur
 from alerts.timescale import seconds
+from exporter.grafana_uids import DASHBOARD_UIDS as UIDS
 from exporter.rigctl.client.http import Access, Unreachable, get_json, items
 from exporter.rigctl.doctor.context import Context
 from exporter.rigctl.doctor.report import Check, fail, ok, skip, warn
@@ -32,11 +32,8 @@ class TokenAccess(Access):
 
     token: str = ""
 
-    def request(self, url: str) -> urllib.request.Request:
-        request = urllib.request.Request(url)
-        if self.token:
-            request.add_header("Authorization", f"Bearer {self.token}")
-        return request
+    def headers(self) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self.token}"} if self.token else {}
 
 
 def grafana_checks(c: Context, grafana: str, access: Access, prometheus: str | None,
@@ -55,9 +52,6 @@ def grafana_checks(c: Context, grafana: str, access: Access, prometheus: str | N
 
 
 def _dashboards(c: Context, grafana: str, access: Access) -> Check:
-    # Here, not above: dashboards.panels imports grafanalib, a third of a second.
-    from dashboards.panels import UIDS
-
     url = grafana + "/api/search?type=dash-db&limit=5000"
     found = {str(d.get("uid")): str(d.get("title", "")) for d in
              items(url, get_json(url, c.timeout, access))}

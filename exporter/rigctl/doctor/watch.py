@@ -12,7 +12,7 @@ import time
 from dataclasses import dataclass
 
 from exporter.daemon.engines.exposition import Sample, parse
-from exporter.rigctl.client.http import Access, BadAnswer, get_text
+from exporter.rigctl.client.http import Access, BadAnswer, read_text
 from exporter.schema import ENGINE_SOURCE_PREFIX
 
 #: The families the checks read, by the name on their TYPE line.
@@ -55,11 +55,11 @@ class Scrape:
         return bool(self.all(name, **labels))
 
 
-def scrape(exporter: str, timeout: float, access: Access) -> Scrape:
+async def scrape(exporter: str, timeout: float, access: Access) -> Scrape:
     """One GET of the exporter's /metrics; Unreachable (or BadAnswer) when it fails."""
     url = exporter + "/metrics"
     sent = time.monotonic()
-    text = get_text(url, timeout, access)
+    text = await read_text(url, timeout, access)
     exposition = parse(text, FAMILIES)
     if exposition.type_lines == 0:
         raise BadAnswer(f"{url}: not a Prometheus exposition: {text[:60]!r}")

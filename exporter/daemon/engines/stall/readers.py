@@ -30,6 +30,7 @@ from exporter.daemon.engines.routes import GENERATION_ENDPOINTS
 from exporter.daemon.engines.stall.multiproc_files import FileSample, MultiprocDir
 from exporter.daemon.engines.stall.plans import Counters
 from exporter.daemon.snapshot import SourceError
+from exporter.process.in_flight import InFlight
 
 PREFIXES = ("sglang:", "sglang_")
 #: The polls' spacing targets this share of wall time spent rendering for the
@@ -207,25 +208,19 @@ class MetricsBody:
         #: Times each fetch (a simulated engine's render time in tests).
         self.timer = timer
         self._latest: FetchedBody | None = None
-        self._in_flight: asyncio.Future[FetchedBody] | None = None
+        self._fetching = InFlight(self._fetch_one)
         #: Called with the seconds each fetch took.
         self.on_fetch: Callable[[float], None] | None = None
         self.fetches = 0
 
     async def fresh(self) -> FetchedBody:
         """A body asked for now, or by the fetch already in flight (which was asked
-        for after every body answered before it)."""
-        if self._in_flight is None or self._in_flight.done():
-            self._in_flight = asyncio.ensure_future(self._fetch_one())
-            # Its failure reaches whoever waits; with none left waiting, it is dropped.
-            self._in_flight.add_done_callback(
-                lambda done: done.cancelled() or done.exception())
-        return await asyncio.shield(self._in_flight)
+        for after every body answered before it). Its failure reaches whoever waits."""
+        return await self._fetching()
 
     def close(self) -> None:
         """Give up the fetch in flight, if any (the exporter is stopping)."""
-        if self._in_flight is not None:
-            self._in_flight.cancel()
+        self._fetching.cancel()
 
     async def _fetch_one(self) -> FetchedBody:
         asked_at, started = self.clock(), self.timer()
