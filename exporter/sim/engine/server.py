@@ -1,5 +1,5 @@
 """A simulated SGLang server: /metrics, /server_info, /get_server_info, /health,
-/generate, /v1/completions, /v1/chat/completions, /v1/loads, /v1/models, and a
+/generate, /v1/completions, /v1/chat/completions, /v1/loads, /v1/models, /tokenize, and a
 control endpoint under /sim/.
 
 /metrics is rendered from a SimEngine in SGLang 0.5.23's multiprocess format, on a
@@ -27,6 +27,7 @@ import functools
 import gzip
 import re
 import time
+import zlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -211,6 +212,8 @@ class SimServer(Serving):
         self.app.router.add_get("/v1/loads", self.loads)
         self.app.router.add_get("/v1/models", self.models)
         self.app.router.add_post("/generate", self.generate)
+        self.app.router.add_post("/tokenize", self.tokenize)
+        self.app.router.add_post("/v1/tokenize", self.tokenize)
         self.app.router.add_post("/v1/completions", self.completions)
         self.app.router.add_post("/v1/chat/completions", self.chat_completions)
         #: The JSON bodies /generate received, for tests to check what a client sent.
@@ -269,6 +272,21 @@ class SimServer(Serving):
 
     async def health(self, request: web.Request) -> web.Response:
         return web.Response()
+
+    async def tokenize(self, request: web.Request) -> web.Response:
+        """POST /tokenize {"prompt": text}: `{"tokens", "count", "max_model_len"}`, as
+        SGLang's TokenizeResponse (0.5.23 srt/entrypoints/openai/protocol.py). The
+        simulator has no tokenizer: each word is one id, from a stable hash of it,
+        within the vocabulary."""
+        body = await generation.read_json(request)
+        prompt = body.get("prompt") if isinstance(body, dict) else None
+        if not isinstance(prompt, str):
+            return web.json_response({"object": "error", "message": "Invalid prompt type: "
+                                      "expected str", "code": 400}, status=400)
+        vocab = self.state.vocab_size
+        tokens = [zlib.crc32(word.encode()) % vocab for word in prompt.split()]
+        return web.json_response({"tokens": tokens, "count": len(tokens),
+                                  "max_model_len": self.state.context_len})
 
     async def loads(self, request: web.Request) -> web.Response:
         """GET /v1/loads (0.5.8+): the `core` fields per DP rank (0.5.23

@@ -164,6 +164,9 @@ class SimEngine:
     #: (docs/facts/rig.md#hardware-and-software). A request without a token limit
     #: may generate up to it (SGLang's `init_req_max_new_tokens`).
     context_len: int = 196_608
+    #: The model's vocabulary (Qwen3's 151,936 embedding rows): /tokenize gives ids
+    #: below it.
+    vocab_size: int = 151_936
     #: `--stream-interval`: tokens per frame after the first, unless a request says.
     stream_interval: int = 1
     #: `--enable-cache-report`: OpenAI usage carries prompt_tokens_details.cached_tokens.
