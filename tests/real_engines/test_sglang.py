@@ -36,7 +36,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from exporter.daemon.engines.mapping import SGLANG, Rule
 from exporter.daemon.engines.source import EngineSource
-from exporter.daemon.engines.stall.readers import BODY_REUSE_SECONDS
+from exporter.daemon.engines.stall.readers import BODY_REUSE_SECONDS, MultiprocReader
 from exporter.process.launch import ExporterProcess, free_port, start_exporter
 from tests.support.real_engines import (
     CONTEXT_TOKENS,
@@ -230,11 +230,23 @@ def test_the_collector_reads_every_mapped_family_as_sglang_counts(rig: Rig) -> N
 def test_a_restart_into_the_same_metrics_dir_reads_nothing_stale(rig: Rig) -> None:
     """The killed engine left its files with a request running and a stream in flight;
     the live engine is idle. The tracker's files must say so, and no stall."""
-    pids = {name.rpartition("_")[2][:-3] for name in os.listdir(rig.engine.metrics_dir)
+    metrics_dir = rig.engine.metrics_dir
+    assert metrics_dir is not None
+    pids = {name[:-3].rpartition("_")[2] for name in os.listdir(metrics_dir)
             if name.endswith(".db")}
-    live = {str(p) for p in _process_tree(rig.engine.process.popen.pid)}
-    assert pids - live, f"no dead engine's files in {rig.engine.metrics_dir}: {pids}"
+    live = {str(pid) for pid in _process_tree(rig.engine.process.popen.pid)}
+    dead = pids - live
+    assert dead and pids & live, f"{metrics_dir}: pids {pids}, live {live}"
     time.sleep(3.0)  # a dozen idle polls
+    # What the files say with every pid's added in, as SGLang's own /metrics does,
+    # and as the tracker reads them.
+    everyone = asyncio.run(MultiprocReader(str(metrics_dir), 0.25,
+                                           alive=lambda pid: True).read()).counters
+    tracker = asyncio.run(MultiprocReader(str(metrics_dir), 0.25).read()).counters
+    print(f"\ndead pids {sorted(dead)}, live {sorted(pids & live)}; every file: "
+          f"{everyone}; the tracker's: {tracker}")
+    assert everyone.http_active == 1  # the killed engine's stream, never ended
+    assert tracker.http_active == 0 and tracker.running == 0
     ours = samples(get(rig.exporter.url + "/metrics"))
     assert total(ours, "rig_engine_decode_stall_tracker_up", engine="main") == 1
     assert total(ours, "rig_engine_decode_stall_seconds", engine="main") == 0

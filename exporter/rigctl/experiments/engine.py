@@ -145,7 +145,7 @@ async def engine_facts(session: aiohttp.ClientSession, url: str,
         facts = replace(facts, vocab_size=overrides.vocab_size,
                         sources=(*facts.sources, "--vocab-size"))
     elif facts.vocab_size is None:
-        limit = await _tokenized_id_limit(session, url, facts.kind)
+        limit = await tokenizer_id_limit(session, url, facts.kind)
         if limit is not None:
             facts = replace(facts, tokenized_id_limit=limit,
                             sources=(*facts.sources, TOKENIZE_PATH))
@@ -163,7 +163,7 @@ def probe_text(words: int = 1500) -> str:
                     for _ in range(words))
 
 
-async def _tokenized_id_limit(session: aiohttp.ClientSession, url: str,
+async def tokenizer_id_limit(session: aiohttp.ClientSession, url: str,
                               kind: str) -> int | None:
     """One past the highest id the engine's tokenizer gives for probe_text(); None
     where it has no tokenizer endpoint or gives too few ids. llama.cpp's /tokenize
