@@ -39,7 +39,7 @@ from prometheus_client.utils import floatToGoString
 from exporter.sim.engine import control, generation
 from exporter.sim.engine.scheduler import Policy
 from exporter.sim.engine.serving import Serving
-from exporter.sim.engine.state import Fault, Histogram, SimEngine
+from exporter.sim.engine.state import GET_LOADS_BUCKETS, Fault, Histogram, SimEngine
 
 TEMPLATE = Path(__file__).parent / "templates" / "sglang-0.5.23-multiproc.txt"
 _LABEL = re.compile(r'(\w+)="([^"]*)"')
@@ -148,6 +148,8 @@ DRIVEN: dict[str, Renderer] = {
     "sglang:time_to_first_token_seconds": _histogram("is_streaming", lambda s: s.ttft),
     "sglang:inter_token_latency_seconds": _histogram(
         None, lambda s: {"": s.itl} if s.itl is not None else {}),
+    "sglang:get_loads_duration_seconds": _histogram(
+        None, lambda s: {"": s.get_loads} if s.get_loads is not None else {}),
     "sglang:hicache_host_used_tokens": _each(lambda s, _: s.hicache_host_used_tokens),
     "sglang:hicache_host_total_tokens": _each(lambda s, _: s.hicache_host_total_tokens),
     "sglang:evicted_tokens_total": _each(lambda s, _: s.evicted()),
@@ -293,15 +295,21 @@ class SimServer(Serving):
         entrypoints/v1_loads.py); the other sections are not simulated."""
         if _release(self.state.version) < (0, 5, 8):
             raise web.HTTPNotFound()
+        started = time.perf_counter()
         include = {part.strip() for part in request.query.get("include", "all").split(",")}
         unknown = include - {"core", "memory", "spec", "lora", "disagg", "queues", "all"}
-        if unknown:
-            return web.json_response({"detail": f"Invalid include sections: {sorted(unknown)}"},
-                                     status=400)
-        return web.json_response({
-            "timestamp": datetime.now(UTC).isoformat(), "version": self.state.version,
-            "accelerator": None, "num_accelerators": self.state.tp_size,
-            "loads": self.state.loads()})
+        try:
+            if unknown:
+                return web.json_response(
+                    {"detail": f"Invalid include sections: {sorted(unknown)}"}, status=400)
+            return web.json_response({
+                "timestamp": datetime.now(UTC).isoformat(), "version": self.state.version,
+                "accelerator": None, "num_accelerators": self.state.tp_size,
+                "loads": self.state.loads()})
+        finally:  # refused or served, as SGLang's `finally` observes it
+            if self.state.get_loads is None:
+                self.state.get_loads = Histogram(GET_LOADS_BUCKETS)
+            self.state.get_loads.observe(time.perf_counter() - started)
 
     async def generate(self, request: web.Request) -> web.StreamResponse:
         """SGLang's native API; SSE frames `data: {json}`, then `data: [DONE]`
