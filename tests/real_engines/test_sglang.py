@@ -434,8 +434,9 @@ async def _simulated_metrics_after_traffic() -> str:
         # What the real one served before: requests streamed and not, a prefix-cache
         # hit, and the exporter's GET /v1/loads.
         for stream in (False, True):
+            # The simulator matches cached prefixes of text prompts only.
             response = await client.post("/generate", json={
-                "input_ids": list(range(300, 600)), "stream": stream,
+                "text": "warm the counters " * 80, "stream": stream,
                 "sampling_params": {"max_new_tokens": 8}})
             await response.read()
         await (await client.get("/v1/loads", params={"include": "core"})).read()
