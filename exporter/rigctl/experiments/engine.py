@@ -117,8 +117,10 @@ class Overrides:
 
 
 async def engine_facts(session: aiohttp.ClientSession, url: str,
-                       overrides: Overrides = Overrides()) -> EngineFacts:
-    """The engine's facts; EngineRefused when it answers none of the ways above."""
+                       overrides: Overrides = Overrides(),
+                       token_range: bool = True) -> EngineFacts:
+    """The engine's facts; EngineRefused when it answers none of the ways above.
+    Without `token_range` the tokenizer is not asked (no prompt of random ids follows)."""
     readers = {"sglang": _sglang, "llamacpp": _llamacpp, "vllm": _vllm, "openai": _openai}
     kinds = (overrides.kind,) if overrides.kind else ("sglang", "llamacpp", "vllm", "openai")
     errors = []
@@ -144,7 +146,7 @@ async def engine_facts(session: aiohttp.ClientSession, url: str,
     if overrides.vocab_size is not None:
         facts = replace(facts, vocab_size=overrides.vocab_size,
                         sources=(*facts.sources, "--vocab-size"))
-    elif facts.vocab_size is None:
+    elif facts.vocab_size is None and token_range:
         limit = await tokenizer_id_limit(session, url, facts.kind)
         if limit is not None:
             facts = replace(facts, tokenized_id_limit=limit,

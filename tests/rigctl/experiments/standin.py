@@ -59,6 +59,7 @@ class StandIn:
         self.stream_options: list[Any] = []
         self.highest_id = -1
         self.out_of_vocabulary = 0
+        self.tokenize_calls = 0
 
     def app(self) -> web.Application:
         app = web.Application()
@@ -97,6 +98,7 @@ class StandIn:
     async def tokenize(self, request: web.Request) -> web.Response:
         """As SGLang's and vLLM's /tokenize of a `prompt`: ids of the words, the lowest
         past the specials, all within the vocabulary."""
+        self.tokenize_calls += 1
         words = (await request.json())["prompt"].split()
         tokens = [3 + sum(word.encode()) * 7 % (VOCAB_SIZE - 3) for word in words]
         return web.json_response({"tokens": tokens, "count": len(tokens),

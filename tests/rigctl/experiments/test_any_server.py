@@ -211,10 +211,11 @@ def test_sweep_on_each_engine_shape(style: str) -> None:
 @pytest.mark.parametrize("style", list(EXPECTED))
 def test_probe_on_each_engine_shape(style: str) -> None:
     async def run():
-        async with serving(style) as (url, _):
-            return await probe_once(url, 30, 10.0, "")
+        async with serving(style) as (url, standin):
+            return await probe_once(url, 30, 10.0, ""), standin
 
-    result = asyncio.run(run())
+    result, standin = asyncio.run(run())
+    assert standin.tokenize_calls == 0  # a probe sends no random ids: no range to find
     assert result.success, result.reason
     assert result.tokens_from == EXPECTED[style][1]
     assert result.frames > 0
