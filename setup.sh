@@ -6,9 +6,9 @@
 # Python packages go into ./.venv, made with whichever python3 comes first on
 # PATH: Debian's own python3 refuses a system-wide pip install (PEP 668).
 #
-# --real-engines also installs the real-engine test tier's engines, vLLM for the CPU
-# and llama.cpp's llama-server, under ~/.cache/rig-telemetry (docs/testing.md): the
-# first time about 13 minutes and 3.6 GB, then about a second.
+# --real-engines also installs the real-engine test tier's engines, vLLM for the CPU,
+# llama.cpp's llama-server and SGLang for the CPU, under ~/.cache/rig-telemetry
+# (docs/testing.md): the first time about 15 minutes and 6.4 GB, then about a second.
 set -euo pipefail
 cd "$(dirname "$0")"
 

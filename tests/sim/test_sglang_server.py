@@ -115,6 +115,40 @@ def test_endpoints():
     asyncio.run(scenario())
 
 
+def test_loads_are_timed_and_tokenize_stays_in_the_vocabulary():
+    """As real SGLang 0.5.23: GET /v1/loads observes get_loads_duration_seconds (from
+    the first call on, served or refused), and POST /tokenize gives ids below the
+    vocabulary, which the bench takes its prompts' ids from."""
+    async def scenario():
+        server = SimServer(SimEngine(vocab_size=5000))
+        await server.start()
+        try:
+            async with aiohttp.ClientSession() as session:
+                async def metrics() -> dict:
+                    async with session.get(server.url + "/metrics") as r:
+                        return families(await r.text())
+
+                assert "sglang:get_loads_duration_seconds" not in await metrics()
+                for include in ("core", "nonsense"):
+                    async with session.get(server.url + "/v1/loads",
+                                           params={"include": include}) as r:
+                        assert r.status == (200 if include == "core" else 400)
+                loads = (await metrics())["sglang:get_loads_duration_seconds"]
+                count = next(s for s in loads.samples if s.name.endswith("_count"))
+                assert count.value == 2
+                assert set(count.labels) == {"engine_type", "model_name"}
+                text = " ".join(f"w{i}" for i in range(3000))
+                async with session.post(server.url + "/tokenize", json={"prompt": text}) as r:
+                    tokens = (await r.json())["tokens"]
+                assert len(tokens) == 3000 and 4000 < max(tokens) < 5000
+                async with session.post(server.url + "/tokenize", json={"prompt": 7}) as r:
+                    assert r.status == 400
+        finally:
+            await server.stop()
+
+    asyncio.run(scenario())
+
+
 def test_runs_as_a_module():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

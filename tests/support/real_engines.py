@@ -1,8 +1,9 @@
 """The real engines of the real-engine tier (docs/testing.md#the-real-engine-tier):
-vLLM for the CPU and llama.cpp's llama-server, each serving a tiny random model made
-on the spot, on a free loopback port, in its own process group, always stopped.
+vLLM for the CPU, llama.cpp's llama-server and SGLang for the CPU, each serving a tiny
+random model made on the spot, on a free loopback port, in its own process group,
+always stopped.
 
-`tests/real_engines/install.sh` (or `./setup.sh --real-engines`) installs both under
+`tests/real_engines/install.sh` (or `./setup.sh --real-engines`) installs them under
 the cache directory; a missing one fails the test that needs it with that command.
 The models are made once per version of tests/real_engines/tiny_models.py and kept
 in the cache too.
@@ -40,6 +41,7 @@ from exporter.streams import StreamMeter
 
 CACHE = Path(os.environ.get("RIG_TELEMETRY_CACHE", Path.home() / ".cache" / "rig-telemetry"))
 VLLM_VENV = CACHE / "vllm-venv"
+SGLANG_VENV = CACHE / "sglang-venv"
 LLAMA_SERVER = CACHE / "bin" / "llama-server"
 MODEL_MAKER = Path(__file__).resolve().parents[1] / "real_engines" / "tiny_models.py"
 INSTALL_HINT = "run ./setup.sh --real-engines (tests/real_engines/install.sh)"
@@ -56,9 +58,19 @@ VLLM_FLAGS: tuple[str, ...] = ("--max-model-len", str(CONTEXT_TOKENS),
 #: the tests share 2 cores (with -t 2 and a busy neighbour, decode fell to 0.8 tok/s).
 LLAMA_FLAGS: tuple[str, ...] = ("-c", str(CONTEXT_TOKENS), "-np", "4", "-kvu", "-t", "1",
                                 "--metrics", "--slots", "--no-webui")
+#: SGLang's, on the CPU (docs/testing.md#sglang-on-the-cpu): torch's own attention
+#: and linears (no AMX here), no CUDA graphs, no overlap scheduler (it needs a device
+#: stream), one TP rank, and a KV pool of a set size (else it is sized from the host's
+#: free RAM). Metrics on: they are what the tier reads.
+SGLANG_FLAGS: tuple[str, ...] = (
+    "--device", "cpu", "--attention-backend", "torch_native", "--disable-cuda-graph",
+    "--disable-overlap-schedule", "--context-length", str(CONTEXT_TOKENS),
+    "--max-total-tokens", "65536", "--tp", "1", "--enable-metrics")
 #: vLLM is ready in 41-73 s on 2 quiet cores (a third of it compiling); give it room.
 VLLM_START_SECONDS = 400.0
 LLAMA_START_SECONDS = 60.0
+#: SGLang on one core: 41 s cold, 21-31 s after, on a quiet box.
+SGLANG_START_SECONDS = 300.0
 
 
 class NotInstalled(RuntimeError):
@@ -69,10 +81,12 @@ class NotInstalled(RuntimeError):
 class RealEngine:
     """A running real engine: its base URL (no /v1), its kind and its flags."""
 
-    kind: str  # vllm | llamacpp
+    kind: str  # vllm | llamacpp | sglang
     url: str
     flags: tuple[str, ...]
     process: Process
+    #: SGLang's PROMETHEUS_MULTIPROC_DIR, where it was given one.
+    metrics_dir: Path | None = None
 
     @property
     def address(self) -> str:
@@ -83,6 +97,13 @@ def vllm_python() -> Path:
     python = VLLM_VENV / "bin" / "python"
     if not python.exists():
         raise NotInstalled(f"vLLM is not installed in {VLLM_VENV}: {INSTALL_HINT}")
+    return python
+
+
+def sglang_python() -> Path:
+    python = SGLANG_VENV / "bin" / "python"
+    if not (SGLANG_VENV / "rig-sglang-cpu").is_dir():
+        raise NotInstalled(f"SGLang is not installed in {SGLANG_VENV}: {INSTALL_HINT}")
     return python
 
 
@@ -148,6 +169,33 @@ def vllm_server(flags: Sequence[str] = (), log_dir: Path | None = None) -> Itera
 
 
 @contextlib.contextmanager
+def sglang_server(flags: Sequence[str] = (), log_dir: Path | None = None,
+                  metrics_dir: Path | None = None) -> Iterator[RealEngine]:
+    """SGLang's launch_server on the tiny model (the vLLM tier's: safetensors and its
+    tokenizer serve as they are) with SGLANG_FLAGS then `flags`, until /health
+    answers; with `metrics_dir`, its prometheus_client writes its samples there
+    (PROMETHEUS_MULTIPROC_DIR), as on the rig."""
+    python = sglang_python()
+    model = tiny_model("vllm")
+    port = free_port()
+    every = (*SGLANG_FLAGS, *flags)
+    env = {**_engine_env(),
+           # Without it SGLang's is_cpu() is False (srt/utils/common.py).
+           "SGLANG_USE_CPU_ENGINE": "1",
+           # One thread: the engine gets one core of two (_confined_to_engine_cpus).
+           "OMP_NUM_THREADS": "1"}
+    if metrics_dir is not None:
+        metrics_dir.mkdir(parents=True, exist_ok=True)
+        env["PROMETHEUS_MULTIPROC_DIR"] = str(metrics_dir)
+    argv = [*_env_argv(env), str(python), "-m", "sglang.launch_server", "--model-path",
+            str(model), "--served-model-name", MODEL, "--host", "127.0.0.1", "--port",
+            str(port), *every]
+    with _started("sglang", argv, log_dir, port, every, "/health",
+                  SGLANG_START_SECONDS, metrics_dir) as engine:
+        yield engine
+
+
+@contextlib.contextmanager
 def llama_server(flags: Sequence[str] = (), log_dir: Path | None = None) -> Iterator[RealEngine]:
     """`llama-server` on the tiny GGUF with LLAMA_FLAGS then `flags` (a later flag
     wins, so `("-b", "512")` or `("-t", "2")` vary a run), until /health answers."""
@@ -178,13 +226,16 @@ def _confined_to_engine_cpus() -> list[str]:
 
 @contextlib.contextmanager
 def _started(kind: str, argv: list[str], log_dir: Path | None, port: int,
-             flags: tuple[str, ...], ready_path: str, timeout: float) -> Iterator[RealEngine]:
+             flags: tuple[str, ...], ready_path: str, timeout: float,
+             metrics_dir: Path | None = None) -> Iterator[RealEngine]:
     log_dir = log_dir or Path(tempfile.mkdtemp(prefix=f"rig-{kind}-"))
     with Process(kind, [*_confined_to_engine_cpus(), *argv],
                  log_dir / f"{kind}-{port}.log") as process:
         url = f"http://127.0.0.1:{port}"
+        started = time.monotonic()
         wait_ready(url + ready_path, process, timeout)
-        yield RealEngine(kind, url, flags, process)
+        print(f"\n{kind} ready in {time.monotonic() - started:.1f} s")
+        yield RealEngine(kind, url, flags, process, metrics_dir)
 
 
 #: The engine name the in-process exporters of the tier's tests give their engine.
@@ -217,12 +268,15 @@ class Solo:
 
 
 @contextlib.asynccontextmanager
-async def solo_exporter(engine: RealEngine, kind: str) -> AsyncIterator[Solo]:
+async def solo_exporter(engine: RealEngine, kind: str,
+                        metrics_dir: Path | None = None) -> AsyncIterator[Solo]:
     """An in-process exporter of `engine` alone (no GPU, no host), running, with a tap
-    naming agents alpha (`X-Agent: a`) and beta (`X-Agent: b`); closed after."""
+    naming agents alpha (`X-Agent: a`) and beta (`X-Agent: b`); closed after. With
+    `metrics_dir` (SGLang's), its stall tracker reads the engine's files."""
     tap = f"127.0.0.1:{free_port()}"
     table = EngineConfig(name=SOLO, url=engine.url, kind=kind, tap_listen_address=tap,
                          stall_window_seconds=SOLO_STALL_WINDOW_SECONDS,
+                         metrics_dir=str(metrics_dir) if metrics_dir is not None else "",
                          agents=(AgentConfig("alpha", header_name="X-Agent", header_value="a"),
                                  AgentConfig("beta", header_name="X-Agent", header_value="b")))
     exporter = Exporter(Config(gpu=GpuConfig(enabled=False), host=HostConfig(enabled=False),

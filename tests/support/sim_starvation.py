@@ -65,3 +65,20 @@ def calibration_table(timings: Timings | None = None) -> list[tuple[str, float, 
         rows.append((name, gap, result.a_max_gap_seconds, ttft, result.b_ttft_seconds,
                      result.a_tokens_per_second_during_b_prefill))
     return rows
+
+
+def a_gaps_in_the_scheduler(policy_name: str, b_prompt_tokens: int, chunk_tokens: int,
+                            longer_than: float, delay_seconds: float = 3.0) -> list[float]:
+    """A's stops longer than `longer_than` while B's fresh prompt prefills, in the
+    scheduler model: A on a short prompt, B `delay_seconds` after A's first token
+    (the tier's real-SGLang scenario, in the rig's timings: the shape, not the
+    seconds, is what compares)."""
+    policy = Policy.named(policy_name, chunked_prefill_size=chunk_tokens)
+    sched = Scheduler(policy, start=0.0, kv_capacity_tokens=4 * b_prompt_tokens)
+    a = sched.submit(256, max_new_tokens=10**6)
+    sched.run_until_true(lambda: bool(a.token_times))
+    b = sched.submit(b_prompt_tokens, max_new_tokens=1, at=a.token_times[0] + delay_seconds)
+    sched.run_until_true(lambda: b.done and a.token_times[-1] > b.token_times[0])
+    times = a.token_times
+    return [later - earlier for earlier, later in zip(times, times[1:], strict=False)
+            if later - earlier > longer_than]

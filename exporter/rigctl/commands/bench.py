@@ -36,7 +36,6 @@ from exporter.rigctl.commands.common import (
     positive,
 )
 from exporter.rigctl.experiments.engine import (
-    DEFAULT_TOKEN_ID_LIMIT,
     ENGINE_KINDS,
     EngineRefused,
     Overrides,
@@ -124,8 +123,8 @@ def _common(parser: argparse.ArgumentParser) -> None:
                         help="the most tokens one request may hold, where the engine "
                              "does not say (wins over what it says)")
     parser.add_argument("--vocab-size", type=positive(int), metavar="N",
-                        help="the model's vocabulary, which random prompts stay below "
-                             "(vLLM does not say; llama.cpp does)")
+                        help="the model's vocabulary, which random prompts stay below, "
+                             "where neither the engine nor its /tokenize says it")
     parser.add_argument("--compare", metavar="URL", type=http_url,
                         help="run the same experiment against this engine too, and print "
                              "the two side by side")
@@ -210,11 +209,7 @@ def _run_once(args: argparse.Namespace, engine: str, records: list[dict[str, Any
         print(f"rigctl bench {args.experiment}: {exc}", file=sys.stderr)
         return EXIT_UNKNOWN
     except (StreamFailed, aiohttp.ClientError, TimeoutError) as exc:
-        hint = ""
-        if "HTTP 400" in str(exc) and args.vocab_size is None:
-            hint = (f" (the prompts are random token ids below {DEFAULT_TOKEN_ID_LIMIT}: "
-                    "give --vocab-size if the model's vocabulary is smaller)")
-        print(f"rigctl bench {args.experiment}: failed: {type(exc).__name__}: {exc}{hint}",
+        print(f"rigctl bench {args.experiment}: failed: {type(exc).__name__}: {exc}",
               file=sys.stderr)
         return EXIT_CRITICAL
     records.append({"experiment": args.experiment, **result.as_json()})

@@ -82,7 +82,7 @@ async def probe_once(url: str, max_new_tokens: int, timeout: float, prompt: str,
     async with aiohttp.ClientSession() as session:
         if kind is None:
             try:
-                kind = (await engine_facts(session, url)).kind
+                kind = (await engine_facts(session, url, token_range=False)).kind
             except EngineRefused as exc:
                 return ProbeResult(False, str(exc), None, (), None, None, None)
         return await StreamProbe(lambda: session, engine, api=api_for(kind)).probe_once()

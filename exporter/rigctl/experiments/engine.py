@@ -13,6 +13,13 @@ Its facts are read from whatever the engine serves (docs/rigctl.md#engine-facts)
 
 Flags the engine does not show (`--context-length`, `--vocab-size`) are given on the
 command line; given, they win over what was read.
+
+The random prompts' token ids must lie inside the vocabulary: vLLM refuses an id past
+it with HTTP 400, and SGLang 0.5.23 checks none and its scheduler dies of it
+(docs/rigctl.md#the-prompts-token-ids). Where the engine does not say its vocabulary
+(SGLang and vLLM do not), its own tokenizer says which ids exist: `POST /tokenize` of
+a text, whose highest id proves every id below it (a vocabulary's ids are 0 to n-1).
+Where neither answers, the bench stops before it sends anything and names the flag.
 """
 
 from __future__ import annotations
@@ -20,6 +27,7 @@ from __future__ import annotations
 import asyncio
 import json
 import random
+import string
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -43,7 +51,11 @@ VLLM_CACHE_INFO = "vllm:cache_config_info"
 # Random prompts draw ids from here up: past the special and single-byte tokens of a
 # byte-level BPE (256 bytes and a few specials), below every real model's vocabulary.
 LOWEST_TOKEN_ID = 1000
-DEFAULT_TOKEN_ID_LIMIT = 30000
+#: The most ids the prompts draw from: plenty for prompts no cache has seen.
+TOKEN_ID_CAP = 30000
+#: Fewer distinct ids than this from the tokenizer is too narrow a range to trust.
+FEWEST_PROBE_IDS = 64
+TOKENIZE_PATH = "/tokenize"
 FACTS_TIMEOUT_SECONDS = 10.0
 
 
@@ -63,6 +75,11 @@ class EngineFacts:
     #: llama.cpp's parallel slots.
     slots: int | None = None
     vocab_size: int | None = None
+    #: Where the vocabulary is not known: one past the highest id the engine's own
+    #: tokenizer gave (every id below it exists).
+    tokenized_id_limit: int | None = None
+    #: The fact the engine's vocabulary was read from.
+    vocab_from: str = ""
     flags: dict[str, Any] = field(default_factory=dict)
     #: Where each fact came from, for the report: "/props", "--context-length", ...
     sources: tuple[str, ...] = ()
@@ -70,6 +87,24 @@ class EngineFacts:
     def api(self) -> str:
         """The API the experiments speak to it."""
         return api_for(self.kind)
+
+    def token_id_limit(self) -> int:
+        """The prompts' ids lie below this; EngineRefused where nothing says the
+        vocabulary, before anything is sent."""
+        known = self.vocab_size or self.tokenized_id_limit
+        if known is None:
+            raise EngineRefused(
+                f"the {self.kind} engine says neither its vocabulary nor its tokenizer's ids "
+                f"(no {TOKENIZE_PATH}), and a token id outside the vocabulary is refused or, "
+                "on SGLang, kills the scheduler: give --vocab-size")
+        return min(known, TOKEN_ID_CAP)
+
+    def token_ids_from(self) -> str:
+        """Which fact gave token_id_limit: the source that read the vocabulary or the
+        tokenizer ("--vocab-size", "/v1/models", "/tokenize"), "" where none did."""
+        if self.vocab_size is not None:
+            return "--vocab-size" if "--vocab-size" in self.sources else self.vocab_from
+        return TOKENIZE_PATH if self.tokenized_id_limit is not None else ""
 
 
 @dataclass(frozen=True)
@@ -82,8 +117,10 @@ class Overrides:
 
 
 async def engine_facts(session: aiohttp.ClientSession, url: str,
-                       overrides: Overrides = Overrides()) -> EngineFacts:
-    """The engine's facts; EngineRefused when it answers none of the ways above."""
+                       overrides: Overrides = Overrides(),
+                       token_range: bool = True) -> EngineFacts:
+    """The engine's facts; EngineRefused when it answers none of the ways above.
+    Without `token_range` the tokenizer is not asked (no prompt of random ids follows)."""
     readers = {"sglang": _sglang, "llamacpp": _llamacpp, "vllm": _vllm, "openai": _openai}
     kinds = (overrides.kind,) if overrides.kind else ("sglang", "llamacpp", "vllm", "openai")
     errors = []
@@ -109,7 +146,48 @@ async def engine_facts(session: aiohttp.ClientSession, url: str,
     if overrides.vocab_size is not None:
         facts = replace(facts, vocab_size=overrides.vocab_size,
                         sources=(*facts.sources, "--vocab-size"))
+    elif facts.vocab_size is None and token_range:
+        limit = await tokenizer_id_limit(session, url, facts.kind)
+        if limit is not None:
+            facts = replace(facts, tokenized_id_limit=limit,
+                            sources=(*facts.sources, TOKENIZE_PATH))
     return facts
+
+
+def probe_text(words: int = 1500) -> str:
+    """A text for the engine's tokenizer: made-up words of every length over the whole
+    alphabet, digits and punctuation, so that a BPE's merges give ids across its
+    vocabulary, as English alone would not in a small one. The same every time."""
+    rng = random.Random(1)
+    alphabet = string.ascii_letters + string.digits
+    return " ".join("".join(rng.choices(alphabet, k=rng.randint(1, 9)))
+                    + rng.choice(("", "", ".", ",", "!", "?", ";"))
+                    for _ in range(words))
+
+
+async def tokenizer_id_limit(session: aiohttp.ClientSession, url: str,
+                              kind: str) -> int | None:
+    """One past the highest id the engine's tokenizer gives for probe_text(); None
+    where it has no tokenizer endpoint or gives too few ids. llama.cpp's /tokenize
+    takes `content`; SGLang's and vLLM's take `prompt` (0.5.23
+    srt/entrypoints/openai/protocol.py TokenizeRequest; vLLM's TokenizeCompletionRequest)."""
+    text = probe_text()
+    body = ({"content": text} if kind == "llamacpp"
+            else {"prompt": text, "add_special_tokens": False})
+    try:
+        async with _deadline(), session.post(url + TOKENIZE_PATH, json=body) as response:
+            if response.status != 200:
+                return None
+            answer = await response.json(content_type=None)
+    except (aiohttp.ClientError, TimeoutError, ValueError):
+        return None
+    tokens = answer.get("tokens") if isinstance(answer, dict) else None
+    if not isinstance(tokens, list):
+        return None
+    ids = {t for t in tokens if isinstance(t, int) and not isinstance(t, bool) and t >= 0}
+    if len(ids) < FEWEST_PROBE_IDS:
+        return None
+    return max(ids) + 1
 
 
 def _unreachable(exc: BaseException) -> bool:
@@ -175,6 +253,7 @@ async def _llamacpp(session: aiohttp.ClientSession, url: str) -> EngineFacts:
         kind="llamacpp", version=info.version,
         context_length_tokens=info.context_length_tokens,
         slots=_count(props.get("total_slots")), vocab_size=vocab,
+        vocab_from="/v1/models" if vocab is not None else "",
         sources=tuple(sources))
 
 
@@ -246,9 +325,8 @@ def _pool_name(kind: str) -> str:
     return "max_total_num_tokens" if kind == "sglang" else "kv_cache_size_tokens"
 
 
-def random_prompt(tokens: int, rng: random.Random, vocab_size: int | None = None) -> list[int]:
-    """Random token ids: no prefix is shared with anything cached, so no cache hit."""
-    limit = DEFAULT_TOKEN_ID_LIMIT if vocab_size is None else min(vocab_size,
-                                                                  DEFAULT_TOKEN_ID_LIMIT)
+def random_prompt(tokens: int, rng: random.Random, limit: int) -> list[int]:
+    """Random token ids below `limit` (EngineFacts.token_id_limit): no prefix is shared
+    with anything cached, so no cache hit."""
     lowest = min(LOWEST_TOKEN_ID, limit // 4)
     return [rng.randrange(lowest, limit) for _ in range(tokens)]

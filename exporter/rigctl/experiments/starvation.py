@@ -84,6 +84,10 @@ class StarvationResult:
     #: B's prompt as the engine counted it, where its stream said.
     b_prompt_tokens: int | None = None
     context_length_tokens: int | None = None
+    #: A's prompt ids lay below this, and where that came from (a vocabulary the
+    #: engine or --vocab-size gave, or the engine's /tokenize).
+    token_id_limit: int | None = None
+    token_ids_from: str = ""
 
     def as_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -106,12 +110,13 @@ async def run_starvation(settings: StarvationSettings, progress: Progress = lamb
             check_pool(facts, a_context + settings.a_max_tokens + settings.context_tokens + 1,
                        "A's and B's requests together")
         api = settings.api or facts.api()
+        a_limit, b_limit = facts.token_id_limit(), b_facts.token_id_limit()
         a = Stream(session, url, *generation_request(
-            api, random_prompt(a_context, rng, facts.vocab_size), settings.a_max_tokens),
+            api, random_prompt(a_context, rng, a_limit), settings.a_max_tokens),
             clock=clock)
         b = Stream(session, b_url, *generation_request(
             settings.api or b_facts.api(),
-            random_prompt(settings.context_tokens, rng, b_facts.vocab_size), 1), clock=clock)
+            random_prompt(settings.context_tokens, rng, b_limit), 1), clock=clock)
         tasks: list[asyncio.Task[None]] = []
         try:
             async with asyncio.timeout(settings.timeout_seconds):
@@ -161,6 +166,7 @@ async def run_starvation(settings: StarvationSettings, progress: Progress = lamb
             a_frames_per_second_during_b=a.frames_per_second(b_sent, b_first),
             b_prompt_tokens=b.meter.prompt_tokens if b.meter is not None else None,
             context_length_tokens=facts.context_length_tokens,
+            token_id_limit=a_limit, token_ids_from=facts.token_ids_from(),
         )
 
 

@@ -103,12 +103,13 @@ async def run_sweep(settings: SweepSettings, progress: Progress = lambda _: None
                    * (settings.context_tokens + settings.max_new_tokens),
                    "the largest concurrency's prompts and answers")
         api = settings.api or facts.api()
+        limit = facts.token_id_limit()
         points = []
         for concurrency in settings.concurrency:
             progress(f"concurrency {concurrency}: {concurrency} streams of "
                      f"{settings.context_tokens} + {settings.max_new_tokens} tokens")
             streams = [Stream(session, url, *generation_request(
-                api, random_prompt(settings.context_tokens, rng, facts.vocab_size),
+                api, random_prompt(settings.context_tokens, rng, limit),
                 settings.max_new_tokens), clock=clock) for _ in range(concurrency)]
             await _run_all(streams, settings.timeout_seconds)
             points.append(_point(concurrency, streams, settings.context_tokens))

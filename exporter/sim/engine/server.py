@@ -1,5 +1,5 @@
 """A simulated SGLang server: /metrics, /server_info, /get_server_info, /health,
-/generate, /v1/completions, /v1/chat/completions, /v1/loads, /v1/models, and a
+/generate, /v1/completions, /v1/chat/completions, /v1/loads, /v1/models, /tokenize, and a
 control endpoint under /sim/.
 
 /metrics is rendered from a SimEngine in SGLang 0.5.23's multiprocess format, on a
@@ -27,6 +27,7 @@ import functools
 import gzip
 import re
 import time
+import zlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -38,7 +39,7 @@ from prometheus_client.utils import floatToGoString
 from exporter.sim.engine import control, generation
 from exporter.sim.engine.scheduler import Policy
 from exporter.sim.engine.serving import Serving
-from exporter.sim.engine.state import Fault, Histogram, SimEngine
+from exporter.sim.engine.state import GET_LOADS_BUCKETS, Fault, Histogram, SimEngine
 
 TEMPLATE = Path(__file__).parent / "templates" / "sglang-0.5.23-multiproc.txt"
 _LABEL = re.compile(r'(\w+)="([^"]*)"')
@@ -160,6 +161,8 @@ DRIVEN: dict[str, Renderer] = {
     "sglang:time_to_first_token_seconds": _histogram("is_streaming", lambda s: s.ttft),
     "sglang:inter_token_latency_seconds": _histogram(
         None, lambda s: {"": s.itl} if s.itl is not None else {}),
+    "sglang:get_loads_duration_seconds": _histogram(
+        None, lambda s: {"": s.get_loads} if s.get_loads is not None else {}),
     "sglang:hicache_host_used_tokens": _each(lambda s, _: s.hicache_host_used_tokens),
     "sglang:hicache_host_total_tokens": _each(lambda s, _: s.hicache_host_total_tokens),
     "sglang:evicted_tokens_total": _each(lambda s, _: s.evicted()),
@@ -267,6 +270,8 @@ class SimServer(Serving):
         self.app.router.add_get("/v1/loads", self.loads)
         self.app.router.add_get("/v1/models", self.models)
         self.app.router.add_post("/generate", self.generate)
+        self.app.router.add_post("/tokenize", self.tokenize)
+        self.app.router.add_post("/v1/tokenize", self.tokenize)
         self.app.router.add_post("/v1/completions", self.completions)
         self.app.router.add_post("/v1/chat/completions", self.chat_completions)
         #: The JSON bodies /generate received, for tests to check what a client sent.
@@ -326,20 +331,41 @@ class SimServer(Serving):
     async def health(self, request: web.Request) -> web.Response:
         return web.Response()
 
+    async def tokenize(self, request: web.Request) -> web.Response:
+        """POST /tokenize {"prompt": text}: `{"tokens", "count", "max_model_len"}`, as
+        SGLang's TokenizeResponse (0.5.23 srt/entrypoints/openai/protocol.py). The
+        simulator has no tokenizer: each word is one id, from a stable hash of it,
+        within the vocabulary."""
+        body = await generation.read_json(request)
+        prompt = body.get("prompt") if isinstance(body, dict) else None
+        if not isinstance(prompt, str):
+            return web.json_response({"object": "error", "message": "Invalid prompt type: "
+                                      "expected str", "code": 400}, status=400)
+        vocab = self.state.vocab_size
+        tokens = [zlib.crc32(word.encode()) % vocab for word in prompt.split()]
+        return web.json_response({"tokens": tokens, "count": len(tokens),
+                                  "max_model_len": self.state.context_len})
+
     async def loads(self, request: web.Request) -> web.Response:
         """GET /v1/loads (0.5.8+): the `core` fields per DP rank (0.5.23
         entrypoints/v1_loads.py); the other sections are not simulated."""
         if _release(self.state.version) < (0, 5, 8):
             raise web.HTTPNotFound()
+        started = time.perf_counter()
         include = {part.strip() for part in request.query.get("include", "all").split(",")}
         unknown = include - {"core", "memory", "spec", "lora", "disagg", "queues", "all"}
-        if unknown:
-            return web.json_response({"detail": f"Invalid include sections: {sorted(unknown)}"},
-                                     status=400)
-        return web.json_response({
-            "timestamp": datetime.now(UTC).isoformat(), "version": self.state.version,
-            "accelerator": None, "num_accelerators": self.state.tp_size,
-            "loads": self.state.loads()})
+        try:
+            if unknown:
+                return web.json_response(
+                    {"detail": f"Invalid include sections: {sorted(unknown)}"}, status=400)
+            return web.json_response({
+                "timestamp": datetime.now(UTC).isoformat(), "version": self.state.version,
+                "accelerator": None, "num_accelerators": self.state.tp_size,
+                "loads": self.state.loads()})
+        finally:  # refused or served, as SGLang's `finally` observes it
+            if self.state.get_loads is None:
+                self.state.get_loads = Histogram(GET_LOADS_BUCKETS)
+            self.state.get_loads.observe(time.perf_counter() - started)
 
     async def generate(self, request: web.Request) -> web.StreamResponse:
         """SGLang's native API; SSE frames `data: {json}`, then `data: [DONE]`

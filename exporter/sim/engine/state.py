@@ -99,6 +99,10 @@ class Histogram:
                                          strict=True) if bound <= le)
 
 
+#: get_loads_duration_seconds' buckets (0.5.23 metrics_collector.py).
+GET_LOADS_BUCKETS = (0.0001, 0.0005, 0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1.0)
+
+
 class TokenizerMetrics:
     """What SGLang's tokenizer manager records for scheduled requests (0.5.23
     tokenizer_manager.py `collect_metrics`, read in the wheel): TTFT at the first
@@ -165,6 +169,9 @@ class SimEngine:
     #: (docs/facts/rig.md#hardware-and-software). A request without a token limit
     #: may generate up to it (SGLang's `init_req_max_new_tokens`).
     context_len: int = 196_608
+    #: The model's vocabulary (Qwen3's 151,936 embedding rows): /tokenize gives ids
+    #: below it.
+    vocab_size: int = 151_936
     #: `--stream-interval`: tokens per frame after the first, unless a request says.
     stream_interval: int = 1
     #: `--enable-cache-report`: OpenAI usage carries prompt_tokens_details.cached_tokens.
@@ -208,6 +215,9 @@ class SimEngine:
     #: Tokenizer-side families driven by scheduled requests (absent until observed).
     ttft: dict[str, Histogram] = field(default_factory=dict)  # by is_streaming
     itl: Histogram | None = None
+    #: The tokenizer's time serving GET /v1/loads (0.5.23 entrypoints/v1_loads.py,
+    #: metrics_collector.py `get_loads_duration_seconds`); absent until the first call.
+    get_loads: Histogram | None = None
     finished_requests: dict[str, float] = field(default_factory=dict)  # by is_streaming
     aborted_requests: float | None = None
 

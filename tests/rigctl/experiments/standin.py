@@ -8,18 +8,25 @@ back partial UTF-8), so frames and tokens differ.
 
 Its facts and streams follow one engine each (the shapes of the captures in
 docs/rigctl.md#where-the-token-counts-come-from):
-- `sglang`: `/server_info`; `/generate` native frames; `/v1/completions` with usage
-  on every chunk when asked.
+- `sglang`: `/server_info`, `/tokenize`; `/generate` native frames; `/v1/completions`
+  with usage on every chunk when asked. SGLang 0.5.23 checks no prompt id against its
+  vocabulary and its scheduler dies of one outside it: the stand-in drops the
+  connection and counts it (`out_of_vocabulary`).
 - `vllm`: `/v1/models` (`max_model_len`), `/version`, `/metrics` with
-  `vllm:cache_config_info`; `/v1/completions` honours `continuous_usage_stats`
-  (usage on every chunk) and `include_usage` (a `choices: []` usage chunk), and
-  refuses a token id outside its vocabulary with HTTP 400, as vLLM does.
+  `vllm:cache_config_info`, `/tokenize`; `/v1/completions` honours
+  `continuous_usage_stats` (usage on every chunk) and `include_usage` (a `choices: []`
+  usage chunk), and refuses a token id outside its vocabulary with HTTP 400, as vLLM does.
 - `llamacpp`: `/props`, `/v1/models` with `meta.n_vocab`; `/v1/completions` ignores
   `continuous_usage_stats`, puts the usage (and `timings`) on its `finish_reason`
   frame with `include_usage`, and refuses an id outside its vocabulary.
-- `proxy`: an OpenAI-compatible proxy: `/v1/models` with an id only; no usage ever.
-- `sglang-proxy`: the same proxy in front of SGLang, passing `/server_info` through:
-  what `rigctl bench --api openai` refused before it measured from frames.
+- `proxy`: an OpenAI-compatible proxy: `/v1/models` with an id only; no usage ever,
+  no tokenizer.
+- `sglang-proxy`: the same proxy in front of SGLang, passing `/server_info` through
+  (and not `/tokenize`): what `rigctl bench --api openai` refused before it measured
+  from frames.
+
+Every stand-in that knows its vocabulary notes the highest prompt id it was sent
+(`highest_id`).
 """
 
 from __future__ import annotations
@@ -50,20 +57,26 @@ class StandIn:
         self.b_arrived_at = 0.0
         #: The stream_options of every generation request, in order.
         self.stream_options: list[Any] = []
+        self.highest_id = -1
+        self.out_of_vocabulary = 0
+        self.tokenize_calls = 0
 
     def app(self) -> web.Application:
         app = web.Application()
         routes = {
-            "sglang": [("/server_info", self.server_info), ("/generate", None)],
+            "sglang": [("/server_info", self.server_info), ("/generate", None),
+                       ("/tokenize", self.tokenize)],
             "sglang-proxy": [("/server_info", self.server_info)],
             "vllm": [("/v1/models", self.models), ("/version", self.version),
-                     ("/metrics", self.metrics)],
+                     ("/metrics", self.metrics), ("/tokenize", self.tokenize)],
             "llamacpp": [("/props", self.props), ("/v1/models", self.models)],
             "proxy": [("/v1/models", self.models)],
         }[self.style]
         for path, handler in routes:
             if handler is None:
                 app.router.add_post(path, self.generate)
+            elif path == "/tokenize":
+                app.router.add_post(path, handler)
             else:
                 app.router.add_get(path, handler)
         app.router.add_post("/v1/completions", self.generate)
@@ -81,6 +94,15 @@ class StandIn:
             model["meta"] = {"vocab_type": 2, "n_vocab": VOCAB_SIZE, "n_ctx": CONTEXT_LENGTH,
                              "n_ctx_train": CONTEXT_LENGTH}
         return web.json_response({"object": "list", "data": [model]})
+
+    async def tokenize(self, request: web.Request) -> web.Response:
+        """As SGLang's and vLLM's /tokenize of a `prompt`: ids of the words, the lowest
+        past the specials, all within the vocabulary."""
+        self.tokenize_calls += 1
+        words = (await request.json())["prompt"].split()
+        tokens = [3 + sum(word.encode()) * 7 % (VOCAB_SIZE - 3) for word in words]
+        return web.json_response({"tokens": tokens, "count": len(tokens),
+                                  "max_model_len": CONTEXT_LENGTH})
 
     async def version(self, request: web.Request) -> web.Response:
         return web.json_response({"version": "0.32.0"})
@@ -102,8 +124,15 @@ class StandIn:
         openai = request.path.startswith("/v1/")
         wanted = body["max_tokens"] if openai else body["sampling_params"]["max_new_tokens"]
         prompt = body.get("prompt") if openai else body.get("input_ids")
-        if (self.style in ("vllm", "llamacpp") and isinstance(prompt, list)
+        if isinstance(prompt, list) and prompt:
+            self.highest_id = max(self.highest_id, max(prompt))
+        if (self.style in ("vllm", "llamacpp", "sglang") and isinstance(prompt, list)
                 and max(prompt) >= VOCAB_SIZE):
+            self.out_of_vocabulary += 1
+            if self.style == "sglang":  # its scheduler dies: the stream is cut
+                assert request.transport is not None
+                request.transport.close()
+                return web.Response(status=500)
             return web.json_response({"error": {"message": "Prompt contains invalid tokens",
                                                 "code": 400}}, status=400)
         options = body.get("stream_options") or {}

@@ -72,8 +72,10 @@ def starvation(style: str, **settings) -> tuple[dict, StandIn]:
 
 @pytest.mark.parametrize("style", list(EXPECTED))
 def test_starvation_on_each_engine_shape(style: str) -> None:
-    overrides = Overrides(vocab_size=VOCAB_SIZE) if style == "vllm" else Overrides()
+    # Only the proxy says nothing of its vocabulary.
+    overrides = Overrides(vocab_size=VOCAB_SIZE) if style == "proxy" else Overrides()
     result, standin = starvation(style, overrides=overrides)
+    assert 0 < standin.highest_id < VOCAB_SIZE and standin.out_of_vocabulary == 0
     kind, counted = EXPECTED[style]
     assert (result["engine_kind"], result["tokens_from"]) == (kind, counted)
     assert result["api"] == ("sglang" if style == "sglang" else "openai")
@@ -122,16 +124,37 @@ def test_proxy_takes_its_context_length_from_the_flag() -> None:
     assert requests == 0  # refused before anything was sent
 
 
-def test_vllm_without_its_vocabulary_says_which_flag() -> None:
-    """vLLM does not say its vocabulary; a prompt outside it is refused with HTTP 400."""
+@pytest.mark.parametrize("style", ["sglang", "vllm"])
+def test_the_vocabulary_is_found_by_the_engines_tokenizer(style: str) -> None:
+    """SGLang and vLLM do not say their vocabulary; their /tokenize gives ids that exist,
+    and the prompts stay below the highest (SGLang dies of an id outside it, vLLM
+    refuses it): no flag needed."""
     async def run():
-        async with serving("vllm") as (url, _):
-            return await rigctl("bench", "starvation", "--engine", url, "--context-tokens",
-                                "64", "--delay", "0.2", "--a-max-tokens", "500")
+        async with serving(style) as (url, standin):
+            ended = await rigctl("bench", "starvation", "--engine", url, "--context-tokens",
+                                 "2000", "--delay", "0.2", "--a-max-tokens", "500", "--json")
+            return ended, standin
 
-    code, _, err = asyncio.run(run())
-    assert code == 2
-    assert "HTTP 400" in err and "--vocab-size" in err
+    (code, out, err), standin = asyncio.run(run())
+    assert code == 0, err
+    assert "/tokenize" in json.dumps(json.loads(out))  # a fact source the report names
+    assert standin.out_of_vocabulary == 0
+    # 2,000 random ids from a range the tokenizer's ids fill nearly to the top.
+    assert VOCAB_SIZE * 0.9 < standin.highest_id < VOCAB_SIZE
+
+
+@pytest.mark.parametrize("style", ["proxy", "sglang-proxy"])
+def test_without_a_vocabulary_the_bench_names_the_flag_before_it_sends(style: str) -> None:
+    async def run():
+        async with serving(style) as (url, standin):
+            ended = await rigctl("bench", "starvation", "--engine", url, "--context-tokens",
+                                 "64", "--delay", "0.2", "--a-max-tokens", "500")
+            return ended, standin.requests
+
+    (code, _, err), requests = asyncio.run(run())
+    assert code == 3 and "give --vocab-size" in err, err
+    assert len(err.strip().splitlines()) == 1
+    assert requests == 0  # refused before anything was sent
 
 
 def test_llamacpp_vocabulary_is_read_so_its_prompts_are_accepted() -> None:
@@ -148,7 +171,8 @@ def test_sglang_proxy_with_openai_api_measured_from_frames() -> None:
         async with serving("sglang-proxy") as (url, _):
             return await rigctl("bench", "starvation", "--engine", url, "--api", "openai",
                                 "--context-tokens", "64", "--delay", "0.3",
-                                "--a-max-tokens", "2000", "--json")
+                                "--a-max-tokens", "2000", "--vocab-size", str(VOCAB_SIZE),
+                                "--json")
 
     code, out, err = asyncio.run(run())
     assert code == 0, err
@@ -187,10 +211,11 @@ def test_sweep_on_each_engine_shape(style: str) -> None:
 @pytest.mark.parametrize("style", list(EXPECTED))
 def test_probe_on_each_engine_shape(style: str) -> None:
     async def run():
-        async with serving(style) as (url, _):
-            return await probe_once(url, 30, 10.0, "")
+        async with serving(style) as (url, standin):
+            return await probe_once(url, 30, 10.0, ""), standin
 
-    result = asyncio.run(run())
+    result, standin = asyncio.run(run())
+    assert standin.tokenize_calls == 0  # a probe sends no random ids: no range to find
     assert result.success, result.reason
     assert result.tokens_from == EXPECTED[style][1]
     assert result.frames > 0

@@ -304,7 +304,13 @@ class MultiprocReader:
     """Reads the counters from SGLang's multiprocess files, merging them as
     prometheus_client's MultiProcessCollector does: counters and histogram buckets
     add up over processes, `mostrecent` gauges keep the newest write, `livesum`
-    gauges add up."""
+    gauges add up.
+
+    A `live*` gauge counts live processes only: prometheus_client's
+    `mark_process_dead` deletes a dead pid's live* files, which SGLang never calls.
+    So a directory reused across restarts keeps a killed engine's in-flight count
+    (`http_requests_active`, livesum) beside the new engine's; those files of pids
+    that no longer run are left out (docs/stall-tracker.md#where-the-counters-come-from)."""
 
     # The files hold a histogram's buckets; merge_files adds them up into its _count.
     _SAMPLE_NAMES = frozenset(
@@ -341,6 +347,9 @@ class MultiprocReader:
                                f"{len(self.files.names)} .db files of pids {', '.join(pids)}, "
                                "none of them running here: an engine that has stopped, or "
                                "one in another pid namespace")
+        dead = {pid for pid in pids if not self.alive(pid)}
+        if dead:
+            found = [s for s in found if not (s.kind.startswith("gauge_live") and s.pid in dead)]
         counters = counters_from(merge_files(found))
         if counters.running is None:
             raise TrackerBlind("files_without_counters", f"metrics_dir {path} holds "

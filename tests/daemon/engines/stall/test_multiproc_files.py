@@ -81,3 +81,28 @@ def test_metrics_dir_config(tmp_path):
     with pytest.raises(ConfigError, match="metrics_dir"):
         load_config({"engine": [{"name": "main", "url": "http://127.0.0.1:30000",
                                  "metrics_dir": str(tmp_path / "absent")}]})
+
+
+def test_a_dead_engines_live_gauges_are_left_out(tmp_path):
+    """An engine killed mid-stream into a reused directory leaves its livesum
+    http_requests_active at 2; the new engine, idle, must read as idle. Its counters and
+    mostrecent gauges stay in (prometheus_client keeps them too)."""
+    clock = SimClock()
+    directory = str(tmp_path)
+    killed = ReleasePlayback("0.5.23", clock=clock, directory=directory)
+    killed._processes._pids = {k: v + 5000 for k, v in killed._processes._pids.items()}
+    killed.start_requests(streaming=2)
+    clock.advance(1.5)
+    killed.sync()
+    dead = {str(pid) for pid in killed._processes._pids.values()}
+    assert read(MultiprocReader(directory, 0.25, alive=lambda pid: True)).http_active == 2.0
+    restarted = ReleasePlayback("0.5.23", clock=clock, directory=directory)
+    restarted._processes._pids = {k: v + 7000 for k, v in restarted._processes._pids.items()}
+    restarted.start_requests(streaming=1)
+    clock.advance(0.5)
+    restarted.sync()
+    reader = MultiprocReader(directory, 0.25, alive=lambda pid: pid not in dead)
+    counters = read(reader)
+    assert counters.http_active == 1.0  # the live engine's stream alone
+    assert counters.decode_passes is not None and counters.decode_passes > 44.0  # both add
+    reader.close()
