@@ -61,7 +61,7 @@ fi
 stamp=.venv/.rig-installed
 if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
     echo "setup: installing rig-telemetry and its test, fast, render and html extras into .venv"
-    .venv/bin/python -m pip install -q --disable-pip-version-check -e '.[test,fast,render,html]'
+    .venv/bin/python -m pip install -q --disable-pip-version-check -e '.[test,fast,html]'
     touch "$stamp"
 fi
 

@@ -374,7 +374,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         import matplotlib  # noqa: F401
     except ImportError:
-        print("rigdev.render_dashboards: needs matplotlib: pip install '.[render]'",
+        print("rigdev.render_dashboards: needs matplotlib: pip install '.[html]'",
               file=sys.stderr)
         return 2
     with tempfile.TemporaryDirectory(prefix="rig-render-") as tmp:
