@@ -22,12 +22,9 @@ import os
 import random
 import re
 import signal
-import subprocess
-import sys
 import time
 import urllib.request
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 import openai
@@ -37,7 +34,6 @@ from prometheus_client.parser import text_string_to_metric_families
 from exporter.daemon.engines.mapping import SGLANG, Rule
 from exporter.daemon.engines.source import EngineSource
 from exporter.daemon.engines.stall.readers import BODY_REUSE_SECONDS, MultiprocReader
-from exporter.process.launch import ExporterProcess, free_port, start_exporter
 from tests.support.real_engines import (
     CONTEXT_TOKENS,
     MODEL,
@@ -50,7 +46,18 @@ from tests.support.real_engines import (
     solo_exporter,
     token_ids,
 )
-from tests.support.rig_config import write_rig_config
+from tests.support.real_rig import (
+    Rig,
+    Samples,
+    doctor_while_agents_stream,
+    get,
+    grown,
+    openai_client,
+    rigctl,
+    samples,
+    tap_rig,
+    total,
+)
 from tests.support.sim_starvation import a_gaps_in_the_scheduler
 
 pytestmark = [pytest.mark.real_engine, pytest.mark.timeout(900)]
@@ -113,55 +120,13 @@ def _leave_a_dead_engines_files(workdir: Path, metrics_dir: Path) -> None:
         first.process.popen.wait(30)
 
 
-def get(url: str) -> str:
-    with urllib.request.urlopen(url, timeout=30) as response:
-        return response.read().decode()
-
-
-Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
-
-
-def samples(text: str) -> Samples:
-    return {(s.name, frozenset(s.labels.items())): s.value
-            for family in text_string_to_metric_families(text) for s in family.samples}
-
-
-def total(found: Samples, name: str, **labels: str) -> float:
-    """The sum of `name`'s samples whose labels include `labels`; fails if there is none."""
-    values = [v for (n, ls), v in found.items() if n == name and set(labels.items()) <= ls]
-    assert values, (name, labels)
-    return sum(values)
-
-
-@dataclass(frozen=True)
-class Rig:
-    engine: RealEngine
-    exporter: ExporterProcess
-    tap: str  # host:port
-    config: Path
-
-
 @pytest.fixture(scope="module")
 def rig(sglang: RealEngine, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Rig]:
     """rig-exporter on the engine as a new user sets it up: kind sglang, metrics_dir,
     a tap naming two agents by their API keys."""
-    workdir = tmp_path_factory.mktemp("rig")
-    tap = f"127.0.0.1:{free_port()}"
-    port = free_port()
-    config = write_rig_config(workdir / "rig.toml", port, sglang.url, engine=f"""
-kind = "sglang"
-metrics_dir = "{sglang.metrics_dir}"
-tap_listen_address = "{tap}"
-[[engine.agent]]
-name = "alpha"
-api_key = "{ALPHA}"
-[[engine.agent]]
-name = "beta"
-api_key = "{BETA}"
-""")
-    with start_exporter(["--config.file", str(config)], workdir,
-                        address=f"127.0.0.1:{port}") as exporter:
-        yield Rig(sglang, exporter, tap, config)
+    with tap_rig(sglang, tmp_path_factory.mktemp("rig"), "sglang", (ALPHA, BETA),
+                 f'metrics_dir = "{sglang.metrics_dir}"') as rig:
+        yield rig
 
 
 def _upstream_value(engine: Samples, rule: Rule) -> dict[str, float] | None:
@@ -272,21 +237,6 @@ def _process_tree(root: int) -> set[int]:
     return tree
 
 
-def openai_client(rig: Rig, key: str) -> openai.OpenAI:
-    return openai.OpenAI(base_url=f"http://{rig.tap}/v1", api_key=key, max_retries=0,
-                         timeout=120)
-
-
-def agent(found: Samples, family: str, name: str) -> float:
-    return total(found, f"rig_agent_{family}", agent=name)
-
-
-def grown(before: Samples, after: Samples, family: str, name: str) -> float:
-    was = [v for (n, ls), v in before.items()
-           if n == f"rig_agent_{family}" and ("agent", name) in ls]
-    return agent(after, family, name) - sum(was)
-
-
 def _native_stream(rig: Rig, key: str, tokens: int) -> dict:
     """/generate streamed through the tap; the last frame's meta_info."""
     body = json.dumps({"text": "the rig keeps its agents fed", "stream": True,
@@ -358,12 +308,6 @@ def _once_the_tap_has_counted(rig: Rig, before: Samples, streams: int) -> Sample
         time.sleep(0.2)
 
 
-def rigctl(*args: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "exporter.rigctl", *args], cwd=REPO,
-                          capture_output=True, text=True, timeout=timeout,
-                          env={**os.environ, "PYTHONPATH": str(REPO)})
-
-
 @on_the_default_engine
 def test_rigctl_health_reads_the_sglang_rig(rig: Rig) -> None:
     ended = rigctl("health", "--exporter", rig.exporter.url, "--json")
@@ -383,29 +327,7 @@ def test_rigctl_probe_times_an_sglang_stream(rig: Rig) -> None:
 
 @on_the_default_engine
 def test_rigctl_doctor_judges_the_sglang_rig_while_agents_stream(rig: Rig) -> None:
-    async def agents_stream() -> None:
-        client = openai.AsyncOpenAI(base_url=f"http://{rig.tap}/v1", api_key=ALPHA,
-                                    max_retries=0)
-        for _ in range(4):
-            stream = await client.chat.completions.create(
-                model=MODEL, messages=[{"role": "user", "content": "go"}], max_tokens=300,
-                stream=True, extra_body={"ignore_eos": True})
-            async for _ in stream:
-                pass
-        await client.close()
-
-    async def scenario() -> subprocess.CompletedProcess[str]:
-        traffic = asyncio.create_task(agents_stream())
-        ended = await asyncio.to_thread(
-            rigctl, "doctor", "--exporter", rig.exporter.url, "--config.file",
-            str(rig.config), "--watch-seconds", "5", "--probe", "--json")
-        await traffic
-        return ended
-
-    ended = asyncio.run(scenario())
-    report = json.loads(ended.stdout)
-    statuses = {(c["name"], c["subject"]): (c["status"], c["detail"]) for c in report["checks"]}
-    print("\n" + "\n".join(f"{k}: {v}" for k, v in statuses.items()))
+    ended, statuses = doctor_while_agents_stream(rig, ALPHA, streams=4)
     assert statuses[("engines", "rig")][0] == "ok", ended.stdout
     assert statuses[("engine_version", "main")][0] == "ok", ended.stdout
     assert "0.5.23" in statuses[("engine_version", "main")][1]

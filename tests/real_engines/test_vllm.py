@@ -5,25 +5,29 @@ doctor. One vLLM for the module (it takes about a minute and 4 GiB to start)."""
 
 from __future__ import annotations
 
-import asyncio
 import json
-import subprocess
-import sys
 import time
-import urllib.request
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 import anthropic
 import openai
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 
 from exporter.daemon.engines.stall.readers import BODY_REUSE_SECONDS
-from exporter.process.launch import ExporterProcess, free_port, start_exporter
 from tests.support.real_engines import CONTEXT_TOKENS, MODEL, RealEngine
-from tests.support.rig_config import write_rig_config
+from tests.support.real_rig import (
+    Rig,
+    agent,
+    doctor_while_agents_stream,
+    get,
+    grown,
+    openai_client,
+    rigctl,
+    samples,
+    tap_rig,
+    total,
+)
 
 pytestmark = [pytest.mark.real_engine, pytest.mark.timeout(900)]
 
@@ -34,56 +38,10 @@ BETA = "sk-real-beta-3a7c5e1d0b94"
 SHARED_PREFIX = " ".join(f"rule {n}: the rig keeps its agents fed." for n in range(120))
 
 
-@dataclass(frozen=True)
-class Rig:
-    engine: RealEngine
-    exporter: ExporterProcess
-    tap: str  # host:port
-    config: Path
-
-
 @pytest.fixture(scope="module")
 def rig(vllm_engine: RealEngine, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Rig]:
-    workdir = tmp_path_factory.mktemp("rig")
-    tap = f"127.0.0.1:{free_port()}"
-    port = free_port()
-    config = write_rig_config(workdir / "rig.toml", port, vllm_engine.url, engine=f"""
-kind = "vllm"
-tap_listen_address = "{tap}"
-[[engine.agent]]
-name = "alpha"
-api_key = "{ALPHA}"
-[[engine.agent]]
-name = "beta"
-api_key = "{BETA}"
-""")
-    with start_exporter(["--config.file", str(config)], workdir,
-                        address=f"127.0.0.1:{port}") as exporter:
-        yield Rig(vllm_engine, exporter, tap, config)
-
-
-def get(url: str) -> str:
-    with urllib.request.urlopen(url, timeout=30) as response:
-        return response.read().decode()
-
-
-def samples(text: str) -> dict[tuple[str, frozenset[tuple[str, str]]], float]:
-    return {(s.name, frozenset(s.labels.items())): s.value
-            for family in text_string_to_metric_families(text) for s in family.samples}
-
-
-def total(found: dict[tuple[str, frozenset[tuple[str, str]]], float], name: str,
-          **labels: str) -> float:
-    """The sum of `name`'s samples whose labels include `labels`; fails if there is none."""
-    values = [v for (n, ls), v in found.items()
-              if n == name and set(labels.items()) <= ls]
-    assert values, (name, labels)
-    return sum(values)
-
-
-def openai_client(rig: Rig, key: str) -> openai.OpenAI:
-    return openai.OpenAI(base_url=f"http://{rig.tap}/v1", api_key=key, max_retries=0,
-                         timeout=120)
+    with tap_rig(vllm_engine, tmp_path_factory.mktemp("rig"), "vllm", (ALPHA, BETA)) as rig:
+        yield rig
 
 
 def chat(client: openai.OpenAI, prompt: str, tokens: int) -> openai.types.CompletionUsage:
@@ -124,18 +82,6 @@ def message(rig: Rig, key: str, prompt: str, tokens: int) -> anthropic.types.Usa
                                 messages=[{"role": "user", "content": prompt}]) as stream:
         final = stream.get_final_message()
     return final.usage
-
-
-def agent(found: dict, family: str, name: str) -> float:
-    return total(found, f"rig_agent_{family}", agent=name)
-
-
-def grown(before: dict, after: dict, family: str, name: str) -> float:
-    """How much an agent's counter grew; before its first reading the series is absent
-    (nothing known yet), which counts as 0 here."""
-    was = [v for (n, ls), v in before.items()
-           if n == f"rig_agent_{family}" and ("agent", name) in ls]
-    return agent(after, family, name) - sum(was)
 
 
 def test_the_collector_reads_live_vllm_metrics_as_vllm_counts(rig: Rig) -> None:
@@ -237,11 +183,6 @@ def test_cached_prompt_tokens_per_agent_are_what_vllm_reports(rig: Rig) -> None:
         beta.input_tokens + beta.cache_read_input_tokens)
 
 
-def rigctl(*args: str, timeout: float = 180) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "exporter.rigctl", *args], cwd=REPO,
-                          capture_output=True, text=True, timeout=timeout)
-
-
 def test_rigctl_health_reads_the_vllm_rig(rig: Rig) -> None:
     ended = rigctl("health", "--exporter", rig.exporter.url, "--json")
     report = json.loads(ended.stdout)
@@ -259,28 +200,7 @@ def test_rigctl_probe_times_a_vllm_stream(rig: Rig) -> None:
 
 
 def test_rigctl_doctor_judges_the_vllm_rig_while_agents_stream(rig: Rig) -> None:
-    async def agents_stream() -> None:
-        client = openai.AsyncOpenAI(base_url=f"http://{rig.tap}/v1", api_key=ALPHA,
-                                    max_retries=0)
-        for _ in range(6):
-            stream = await client.chat.completions.create(
-                model=MODEL, messages=[{"role": "user", "content": "go"}], max_tokens=300,
-                stream=True, extra_body={"ignore_eos": True})
-            async for _ in stream:
-                pass
-        await client.close()
-
-    async def scenario() -> subprocess.CompletedProcess[str]:
-        traffic = asyncio.create_task(agents_stream())
-        ended = await asyncio.to_thread(
-            rigctl, "doctor", "--exporter", rig.exporter.url, "--config.file",
-            str(rig.config), "--watch-seconds", "5", "--probe", "--json")
-        await traffic
-        return ended
-
-    ended = asyncio.run(scenario())
-    report = json.loads(ended.stdout)
-    statuses = {(c["name"], c["subject"]): (c["status"], c["detail"]) for c in report["checks"]}
+    ended, statuses = doctor_while_agents_stream(rig, ALPHA, streams=6)
     assert statuses[("engines", "rig")][0] == "ok", ended.stdout
     assert statuses[("engine_version", "main")][0] == "ok", ended.stdout
     assert "vllm" in statuses[("engine_version", "main")][1]
