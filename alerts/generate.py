@@ -28,8 +28,8 @@ from alerts.rules.agents import agent_alerts
 from alerts.rules.engine import engine_alerts
 from alerts.rules.gpu import gpu_alerts
 from alerts.rules.hicache import hicache_alerts
-from alerts.rules.lost_scrape import held
 from alerts.rules.host import host_alerts
+from alerts.rules.lost_scrape import held
 from alerts.rules.recording import recording_rules
 from alerts.timescale import (
     SCALED_SCRAPE_SECONDS,
