@@ -29,8 +29,14 @@ from alerts.rules.engine import engine_alerts
 from alerts.rules.gpu import gpu_alerts
 from alerts.rules.hicache import hicache_alerts
 from alerts.rules.host import host_alerts
+from alerts.rules.lost_scrape import held
 from alerts.rules.recording import recording_rules
-from alerts.timescale import scaled_alert, scaled_rule, scaled_thresholds
+from alerts.timescale import (
+    SCALED_SCRAPE_SECONDS,
+    scaled_alert,
+    scaled_rule,
+    scaled_thresholds,
+)
 from exporter.process.source_tree import in_checkout
 from exporter.thresholds import Thresholds, thresholds_from_config
 
@@ -52,14 +58,16 @@ ALERT_GROUPS = (
 
 
 def build(t: Thresholds, time_scale: float = 1.0,
-          stall_scale: float | None = None) -> dict[str, Any]:
+          stall_scale: float | None = None,
+          scrape_seconds: float = SCALED_SCRAPE_SECONDS) -> dict[str, Any]:
     if time_scale == 1.0 and stall_scale is None:
         groups = [("rig-recording", recording_rules(t))]
-        groups += [(group, [a.rule() for a in alerts(t)]) for group, alerts in ALERT_GROUPS]
+        groups += [(group, [held(a, t).rule() for a in alerts(t)])
+                   for group, alerts in ALERT_GROUPS]
     else:  # a time-scaled copy (alerts/timescale.py)
-        fast = scaled_thresholds(t, time_scale, stall_scale)
+        fast = scaled_thresholds(t, time_scale, stall_scale, scrape_seconds)
         groups = [("rig-recording", [scaled_rule(r, time_scale) for r in recording_rules(fast)])]
-        groups += [(group, [scaled_alert(a, plain, time_scale, stall_scale)
+        groups += [(group, [scaled_alert(held(a, fast), plain, time_scale, stall_scale)
                             for a, plain in zip(alerts(fast), alerts(t), strict=True)])
                    for group, alerts in ALERT_GROUPS]
     return {"groups": [{"name": name, "rules": rules} for name, rules in groups]}
@@ -78,7 +86,8 @@ _Dumper.add_representer(str, _str)
 
 
 def render(t: Thresholds, config: str | None = None, time_scale: float = 1.0,
-           stall_scale: float | None = None) -> str:
+           stall_scale: float | None = None,
+           scrape_seconds: float = SCALED_SCRAPE_SECONDS) -> str:
     header = HEADER
     if time_scale != 1.0 or stall_scale is not None:
         header = (
@@ -93,7 +102,7 @@ def render(t: Thresholds, config: str | None = None, time_scale: float = 1.0,
             f"# with the [thresholds] of {config}. Do not edit: change that table, then"
             " regenerate.\n"
         )
-    rules = build(t, time_scale, stall_scale)
+    rules = build(t, time_scale, stall_scale, scrape_seconds)
     return header + yaml.dump(rules, Dumper=_Dumper, sort_keys=False, width=200)
 
 

@@ -59,11 +59,20 @@ COMPARED_DURATIONS = ("decode_stall_critical_seconds", "decode_stutter_seconds")
 COMPARED_AGES = ("agent_hog_running_seconds", "agent_hog_waiting_seconds")
 
 
+#: The scrape interval of the Prometheus a time-scaled copy is for (the tests' and the
+#: demo's, rigctl/stack.py `Intervals`), real seconds.
+SCALED_SCRAPE_SECONDS = 1.0
+
+
 def scaled_thresholds(t: Thresholds, factor: float,
-                      stall_factor: float | None = None) -> Thresholds:
+                      stall_factor: float | None = None,
+                      scrape_seconds: float = SCALED_SCRAPE_SECONDS) -> Thresholds:
     """The values compared against: stall lengths divided by F (or by
     `stall_factor`: a loaded test machine's scheduling hiccups must stay below
-    the stall threshold), per-second rates multiplied by F."""
+    the stall threshold), per-second rates multiplied by F. The scrape interval is
+    the copy's Prometheus' (`scrape_seconds` real seconds, F times as many of the
+    rig's): the window that carries a series over a lost scrape spans as many of
+    that Prometheus' scrapes as it spans of the rig's."""
     if factor <= 0 or (stall_factor is not None and stall_factor <= 0):
         raise ValueError(f"time scale must be positive, got {factor!r}, {stall_factor!r}")
     changes: dict[str, Any] = {}
@@ -75,6 +84,7 @@ def scaled_thresholds(t: Thresholds, factor: float,
             changes[field.name] = _round(value / (stall_factor or factor))
         elif field.name in COMPARED_AGES:
             changes[field.name] = _round(value / factor)
+    changes["scrape_interval_seconds"] = _round(scrape_seconds * factor)
     return dataclasses.replace(t, **changes)
 
 

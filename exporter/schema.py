@@ -61,6 +61,14 @@ OTHER_SOURCES = f'source!~"{ENGINE_SOURCE_PREFIX}.+"'
 #: joins (and inhibits) the engine's own alerts.
 ENGINE_SOURCE_UP = (f'label_replace(rig_source_up{{{ENGINE_SOURCES}}}, "{ENGINE_LABEL}",'
                     f' "$1", "source", "{ENGINE_SOURCE_PREFIX}(.+)")')
+
+
+def engine_read_ago(offset: str) -> str:
+    """ENGINE_SOURCE_UP as it read `offset` ago: absent where no exporter read the
+    engine then (the start of a history, an outage)."""
+    return ENGINE_SOURCE_UP.replace("}", "} offset " + offset, 1)
+
+
 #: rig_source_up for the other sources, a probe's with its engine's `engine` label so
 #: that RigEngineDown can inhibit it.
 OTHER_SOURCES_UP = (f'label_replace(rig_source_up{{{OTHER_SOURCES}}}, "{ENGINE_LABEL}",'

@@ -45,6 +45,12 @@ SCHEDULER_CPU_SHORT_RATIO = 0.5
 #: Busy scheduler seconds the doctor needs in its watch before it judges: the counters
 #: move at most once a second, at loop events.
 SCHEDULER_CPU_MIN_BUSY_SECONDS = 3.0
+#: How many scrape intervals an alert with a `for` carries a series' last sample over:
+#: the sample before a lost scrape, the lost one, the next one taking up to its whole
+#: timeout (deploy/prometheus.yml sets it to the interval), and one more for the
+#: evaluation's phase against the scrapes. A series gone for good keeps its alert
+#: that much longer. Not a key of the table: it follows from how Prometheus scrapes.
+LOST_SCRAPE_BRIDGE_SCRAPES = 4
 
 
 @dataclass(frozen=True)
@@ -52,6 +58,11 @@ class Thresholds:
     # The range of the rules' rates (and of the health checks' rate windows):
     # the recorded `*:rate_window` series are rates over it.
     rate_window_seconds: int = 300
+    # The rig job's scrape interval (deploy/prometheus.yml; a test holds them equal).
+    # An alert with a `for` reads each series' last sample within
+    # LOST_SCRAPE_BRIDGE_SCRAPES of them, so that one lost scrape does not restart its
+    # hold (alerts/RUNBOOK.md#a-lost-scrape).
+    scrape_interval_seconds: int = 5
 
     # --- decode (stall tracker and stream probe) ---------------------------
     # No decode progress for >= 10 s is starvation (docs/alerts.md). The default
@@ -167,6 +178,11 @@ class Thresholds:
 
     # --- exporter -----------------------------------------------------------
     source_down_for_seconds: int = 300
+
+    @property
+    def lost_scrape_bridge_seconds(self) -> int:
+        """The window over which alerts with a `for` read a series' last sample."""
+        return LOST_SCRAPE_BRIDGE_SCRAPES * self.scrape_interval_seconds
 
     @classmethod
     def from_mapping(cls, mapping: Mapping[str, Any]) -> Thresholds:

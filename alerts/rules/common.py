@@ -64,10 +64,20 @@ def missing_hits(window: str) -> str:
     """Prompt tokens that no cache tier served within `window`.
 
     SGLang creates a tier's labelled hit counter on first use, so an absent
-    tier counts as zero hits rather than blanking the expression.
+    tier counts as zero hits rather than blanking the expression, and a tier's
+    counter born within the window counts whole: increase() never counts a
+    counter's first value, and a 64K session restored from L2 at the tier's first
+    hit would read as 64K recomputed. Whole only if the prompt counter was read
+    before it within the window (more samples): at the start of a history or
+    after an exporter restart both first appear together, and increase() misses
+    both alike.
     """
     prompts = f"increase(rig_engine_prompt_tokens_total[{window}])"
-    hits = f"sum without (tier) (increase(rig_engine_cache_hit_tokens_total[{window}]))"
+    hit = "rig_engine_cache_hit_tokens_total"
+    born = (f"({hit} unless {hit} offset {window}) and (count_over_time({hit}[{window}])"
+            f" < ignoring (tier) group_left () count_over_time("
+            f"rig_engine_prompt_tokens_total[{window}]))")
+    hits = f"sum without (tier) ({born} or increase({hit}[{window}]))"
     # Matched on every label (no `on`): a one-to-one `on` would drop the target's
     # own labels, such as deploy/'s `rig`.
     return f"({prompts} - ({hits} or {prompts} * 0))"

@@ -13,7 +13,7 @@ from alerts.rules.common import (
     num,
     pct,
 )
-from exporter.schema import ENGINE_ON_TARGET, ENGINE_SERIES, ENGINE_SOURCE_UP
+from exporter.schema import ENGINE_ON_TARGET, ENGINE_SERIES, ENGINE_SOURCE_UP, engine_read_ago
 from exporter.thresholds import Thresholds
 
 
@@ -186,12 +186,22 @@ rig_engine_running_requests > 0
             "warning",
             # SGLang creates the counter at its first retraction, which
             # increase() never counts (it needs two samples) and extrapolates
-            # the rest: the difference to the value a window ago, absent as 0,
-            # is the exact count. increase() covers an engine restart (reset).
+            # the rest: the difference to the value a window ago is the exact
+            # count. A counter absent a window ago counts whole only if the engine
+            # was read then: otherwise (the start of a history, an outage or a
+            # restart of the exporter) its first appearance says nothing of when
+            # its retractions were. increase() covers an engine restart (reset).
             f"""
 rig_engine_retracted_requests_total
-- (rig_engine_retracted_requests_total offset {kv_for} or rig_engine_retracted_requests_total * 0)
+- rig_engine_retracted_requests_total offset {kv_for}
 > 0
+or
+(
+  rig_engine_retracted_requests_total
+  unless rig_engine_retracted_requests_total offset {kv_for}
+) > 0
+and on({ENGINE_ON_TARGET})
+{engine_read_ago(kv_for)} == 1
 or
 increase(rig_engine_retracted_requests_total[{kv_for}]) > 0
 """,

@@ -23,7 +23,7 @@ from aiohttp import web
 
 from alerts import ALERTMANAGER_CONFIG
 from alerts.generate import render
-from alerts.timescale import scaled_alertmanager
+from alerts.timescale import scaled_alertmanager, seconds
 from exporter.process.launch import Process, free_port, wait_ready
 from exporter.rigctl.client.http import get_json, items
 from exporter.thresholds import Thresholds
@@ -202,7 +202,8 @@ class Monitoring:
         directory.mkdir()
         rules = directory / "rig-rules.yaml"
         rules.write_text(render(self.thresholds, time_scale=self.time_scale,
-                                stall_scale=self.stall_scale))
+                                stall_scale=self.stall_scale,
+                                scrape_seconds=seconds(self.intervals.scrape)))
         am = urllib.parse.urlsplit(self.alertmanager_url).netloc
         config = prometheus_config(rules, am, self.targets_dir, remote_write_url,
                                    self.intervals)

@@ -26,9 +26,16 @@ def test_every_threshold_changes_the_rules(name: str) -> None:
     assert render(dataclasses.replace(Thresholds(), **{name: changed})) != render(Thresholds())
 
 
+def _held(selector: str) -> str:
+    """How an alert with a `for` reads a series: its last sample over a lost scrape
+    (alerts/rules/lost_scrape.py)."""
+    return f"last_over_time({selector}[{_dur(Thresholds().lost_scrape_bridge_seconds)}])"
+
+
 def test_thresholds_render_into_expressions() -> None:
     rules = render(Thresholds(kv_usage_ratio=0.9, decode_stall_critical_seconds=15))
-    assert "rig_engine_kv_usage_ratio >= 0.9\n" in rules
+    # RigKVPoolSaturated holds for minutes; RigDecodeStarvation holds for none.
+    assert _held("rig_engine_kv_usage_ratio") + " >= 0.9\n" in rules
     assert ("(rig_engine_decode_stall_max_seconds + rig_engine_decode_stall_max_upper_seconds)"
             " / 2 >= 15\n") in rules
 
@@ -36,7 +43,7 @@ def test_thresholds_render_into_expressions() -> None:
 def test_the_gpu_count_rule_reads_the_expected_count_from_the_exporter() -> None:
     # [gpu] expected_cards lives in the exporter's config, not in a threshold.
     rules = render(Thresholds())
-    assert "signal: count" in rules and "< rig_gpu_expected_cards" in rules
+    assert "signal: count" in rules and "< " + _held("rig_gpu_expected_cards") in rules
 
 
 @given(st.integers(min_value=1, max_value=10 * 86400))
@@ -60,7 +67,7 @@ def test_config_thresholds_render_into_the_out_file(tmp_path) -> None:
     out = tmp_path / "rig-rules.yaml"
     assert main(["--config", str(config), "--out", str(out)]) == 0
     rules = out.read_text()
-    assert "rig_engine_kv_usage_ratio >= 0.9\n" in rules
+    assert _held("rig_engine_kv_usage_ratio") + " >= 0.9\n" in rules
     assert ("(rig_engine_decode_stall_max_seconds + rig_engine_decode_stall_max_upper_seconds)"
             " / 2 >= 15\n") in rules
     assert f"--config {config}" in rules.splitlines()[0]

@@ -72,3 +72,18 @@ def test_a_config_without_thresholds_gives_the_defaults(tmp_path) -> None:
     config = tmp_path / "rig.toml"
     config.write_text('[web]\nlisten_address = "127.0.0.1:1"\n')
     assert thresholds_from_config(config) == Thresholds()
+
+
+def test_the_scrape_interval_is_the_rig_jobs() -> None:
+    """The rules carry a series over a lost scrape by the rig job's interval
+    (alerts/RUNBOOK.md#a-lost-scrape): deploy/prometheus.yml's, which sets the
+    timeout to the interval."""
+    import yaml
+
+    from alerts.timescale import seconds
+    from exporter.rigctl.stack import Intervals
+    from tests.support.checkout import REPO
+
+    job = Intervals.of_job(yaml.safe_load((REPO / "deploy" / "prometheus.yml").read_text()))
+    assert seconds(job.scrape) == Thresholds().scrape_interval_seconds
+    assert seconds(job.scrape_timeout) <= seconds(job.scrape)

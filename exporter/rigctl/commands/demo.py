@@ -299,9 +299,9 @@ class Demo:
         self.say(f"the report of the tour (rigctl report; wall-clock times, the rig ran"
                  f" {self.speed:g}x faster):")
         selection = matchers(rig=DEMO_RIG)
-        rules = alert_rules(selection, monitoring.thresholds, monitoring.time_scale,
-                            monitoring.stall_scale)
         evaluation = parse_duration(monitoring.intervals.evaluation)
+        rules = alert_rules(selection, evaluation, monitoring.thresholds,
+                            monitoring.time_scale, monitoring.stall_scale)
         prometheus = Prometheus(monitoring.prometheus_url, timeout=30.0)
         try:
             report = await asyncio.to_thread(build, prometheus, started, time.time(), rules,

@@ -155,8 +155,8 @@ def run(args: argparse.Namespace, out: TextIO) -> int:
     selection = matchers(args.rig, args.job, args.instance)
     try:
         prometheus = Prometheus(args.prometheus, args.timeout, access_from_args(args))
-        report = build(prometheus, start, end, alert_rules(selection), selection,
-                       args.eval_interval, timeline=page is not None)
+        report = build(prometheus, start, end, alert_rules(selection, args.eval_interval),
+                       selection, args.eval_interval, timeline=page is not None)
     except BadAnswer as exc:
         print(f"rigctl report: Prometheus' answer cannot be read: {exc}", file=sys.stderr)
         return EXIT_UNKNOWN

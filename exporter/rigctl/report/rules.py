@@ -41,17 +41,26 @@ def _escape(value: str) -> str:
     return value.replace("\\", "\\\\").replace('"', '\\"')
 
 
-def scoped(expr: str, selection: list[str], records: dict[str, str]) -> str:
+#: An inlined recorded series followed by a range (`last_over_time(recorded[20s])`, the
+#: held alerts' bridge over a lost scrape): a parenthesised expression takes a range
+#: only as a subquery. A range the generator wrote itself after ")" is one already.
+_RANGE_AFTER_INLINED = re.compile(r"\)\s*\[(\d+(?:\.\d+)?(?:ms|s|m|h|d|w|y))\]")
+
+
+def scoped(expr: str, selection: list[str], records: dict[str, str],
+           eval_seconds: float) -> str:
     """`expr` with every recorded series inlined and `selection` on every selector.
 
     A recorded series' own matchers (headroom{sensor="junction"}) go onto each selector
     of its expression: the recording rules keep those labels, so this picks the same
-    series."""
+    series. A range over a recorded series becomes a subquery at the evaluation step,
+    the step the recording rule itself would have run at."""
     def selector(name: str, own: list[str]) -> str:
         if name in records:
-            return f"({scoped(records[name], [*selection, *own], records)})"
+            return f"({scoped(records[name], [*selection, *own], records, eval_seconds)})"
         return name + "{" + ", ".join([*selection, *own]) + "}"
-    return rewrite_selectors(expr, selector)
+    return _RANGE_AFTER_INLINED.sub(rf")[\1:{eval_seconds:g}s]",
+                                    rewrite_selectors(expr, selector))
 
 
 def recorded(thresholds: Thresholds, time_scale: float = 1.0,
@@ -60,15 +69,17 @@ def recorded(thresholds: Thresholds, time_scale: float = 1.0,
     return {r["record"]: r["expr"] for g in groups for r in g["rules"] if "record" in r}
 
 
-def alert_rules(selection: list[str], thresholds: Thresholds | None = None,
-                time_scale: float = 1.0, stall_scale: float | None = None) -> list[Rule]:
-    """Every alert rule the generator writes, ready to evaluate over a range."""
+def alert_rules(selection: list[str], eval_seconds: float,
+                thresholds: Thresholds | None = None, time_scale: float = 1.0,
+                stall_scale: float | None = None) -> list[Rule]:
+    """Every alert rule the generator writes, ready to evaluate over a range at
+    `eval_seconds`, the rules' evaluation step."""
     thresholds = thresholds or Thresholds()
     groups = build(thresholds, time_scale, stall_scale)["groups"]
     records = {r["record"]: r["expr"] for g in groups for r in g["rules"] if "record" in r}
     return [Rule(alert=r["alert"], severity=r["labels"]["severity"],
                  signal=r["labels"].get("signal", ""),
-                 expr=scoped(r["expr"], selection, records),
+                 expr=scoped(r["expr"], selection, records, eval_seconds),
                  for_seconds=parse_duration(r.get("for", "0s")),
                  summary=r["annotations"]["summary"])
             for g in groups for r in g["rules"] if "alert" in r]

@@ -78,7 +78,7 @@ def test_the_night_field_by_field(history: n.History) -> None:
         return min(into, n.STALL_SECONDS) if 0 <= into < n.STALL_SECONDS + n.STALL_WINDOW else 0
     # Each alert fires its rule's hold after its condition first holds (the holds read
     # from the generated rules, as the report reads them).
-    holds = {(r.alert, r.severity): r.for_seconds for r in alert_rules([])}
+    holds = {(r.alert, r.severity): r.for_seconds for r in alert_rules([], DEFAULT_EVAL_SECONDS)}
     held = first_sample(n.STALL_AT, lambda s: longest(s) + n.RESOLUTION / 2 >= 10)
     fires = held + holds[("RigDecodeStarvation", "critical")]
     clears = first_sample(held, lambda s: longest(s) == 0)
@@ -187,7 +187,8 @@ def test_the_cost_does_not_grow_with_the_range(history: n.History) -> None:
         return int(out.split(" queries)")[0].rsplit(", ", 1)[1])
     # Half an hour around the stall costs what the two hours cost: one query a rule, and
     # a fixed few for ALERTS, the blind spans, the stall's details and the tables.
-    assert queries(history.start + 1800) == queries(history.end) <= len(alert_rules([])) + 25
+    rules = len(alert_rules([], DEFAULT_EVAL_SECONDS))
+    assert queries(history.start + 1800) == queries(history.end) <= rules + 25
     for days in (1 / 24, 1 / 3, 7, 31):
         grid = Grid.of(0, days * 86400, DEFAULT_EVAL_SECONDS)
         assert grid.count <= MAX_BUCKETS

@@ -291,8 +291,15 @@ class StallPoller(Generic[Shown]):
                 "with the last, and a stall under way stays open"), kind="timeout")
             return
         except SourceError:
-            self.tracker.observe_unreachable(asked)
+            # Refused, reset, or the reader's own budget run out: as with a timeout, no
+            # answer says nothing about decode. The stall under way stays open and the
+            # next answer closes it if decode moved, its upper bound running to that
+            # answer; ending it here read a 12 s stall with the engine silent from its
+            # 4th second as a 4 s one. The outage itself is the engine source's
+            # (rig_source_up 0) and the span without an answer the blind span's.
             if self.feed is not None:
+                # The feed's silence is a long pass only while /metrics answers: with
+                # /metrics refused too, the feed's gap ends at its last answered reading.
                 self.feed.observe_unreachable(asked)
             return
         self._see(None)
