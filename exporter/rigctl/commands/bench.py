@@ -31,12 +31,12 @@ from exporter.rigctl.commands.common import (
     EXIT_ENDINGS,
     EXIT_OK,
     EXIT_UNKNOWN,
+    add_engine_arguments,
     help_formatter,
     http_url,
     positive,
 )
 from exporter.rigctl.experiments.engine import (
-    ENGINE_KINDS,
     EngineRefused,
     Overrides,
 )
@@ -111,14 +111,10 @@ def add_parser(commands: argparse._SubParsersAction) -> argparse.ArgumentParser:
 
 
 def _common(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--engine", required=True, metavar="URL", type=http_url,
-                        help="the engine's base URL, e.g. http://127.0.0.1:30000")
+    add_engine_arguments(parser)
     parser.add_argument("--api", choices=APIS,
                         help="sglang: /generate with input_ids; openai: /v1/completions "
                              "(default: sglang on SGLang, openai on any other engine)")
-    parser.add_argument("--kind", choices=ENGINE_KINDS,
-                        help="the engine's kind, where it is not to be detected; openai: "
-                             "any OpenAI-compatible server, with no facts but the flags")
     parser.add_argument("--context-length", type=positive(int), metavar="N",
                         help="the most tokens one request may hold, where the engine "
                              "does not say (wins over what it says)")

@@ -14,9 +14,14 @@ from urllib.parse import urlsplit
 from exporter.config import DEFAULT_LISTEN_ADDRESS, Config
 from exporter.process.endings import CLOSED_PIPE_HELP, INTERRUPTED_HELP, OneLineErrors
 from exporter.rigctl.client.http import Access, Unreachable, url_of
+from exporter.rigctl.experiments.engine import ENGINE_KINDS
 
 # Nagios plugin exit codes: a monitoring system can run rigctl as a check.
 EXIT_OK, EXIT_WARNING, EXIT_CRITICAL, EXIT_UNKNOWN = 0, 1, 2, 3
+#: The exit code of each status the exporter's health checks and the report's verdict
+#: use (an unknown word is unknown).
+EXIT_FOR_STATUS = {"ok": EXIT_OK, "warn": EXIT_WARNING, "crit": EXIT_CRITICAL,
+                   "unknown": EXIT_UNKNOWN}
 DEFAULT_EXPORTER = f"http://{DEFAULT_LISTEN_ADDRESS}"
 
 # The end of every subcommand's exit status table: Ctrl-C and a closed pipe.
@@ -51,6 +56,30 @@ def add_exporter_argument(parser: argparse.ArgumentParser, from_config: bool = F
     parser.add_argument("--exporter", type=http_url, metavar="URL",
                         default=None if from_config else DEFAULT_EXPORTER,
                         help=f"the rig exporter (default {default}{DEFAULT_EXPORTER})")
+
+
+def add_engine_arguments(parser: argparse.ArgumentParser) -> None:
+    """--engine and --kind, for the subcommands that send generations to an engine."""
+    parser.add_argument("--engine", required=True, metavar="URL", type=http_url,
+                        help="the engine's base URL, e.g. http://127.0.0.1:30000")
+    parser.add_argument("--kind", choices=ENGINE_KINDS,
+                        help="the engine's software, where it is not to be read from what "
+                             "the engine serves; it says the default route (sglang: /generate, the "
+                             "others: /v1/completions); openai: any OpenAI-compatible "
+                             "server, with no facts but the flags")
+
+
+def add_alerting_arguments(parser: argparse.ArgumentParser, prometheus: str,
+                           alertmanager: str) -> None:
+    """--prometheus and --alertmanager, each with what the subcommand asks it."""
+    parser.add_argument("--prometheus", type=http_url, metavar="URL", help=prometheus)
+    parser.add_argument("--alertmanager", type=http_url, metavar="URL", help=alertmanager)
+
+
+def add_timeout_argument(parser: argparse.ArgumentParser, default: float,
+                         each: str = "server") -> None:
+    parser.add_argument("--timeout", type=positive(float), default=default, metavar="SECONDS",
+                        help=f"how long to wait for each {each} (default {default:g})")
 
 
 def positive(kind: type[int] | type[float]):

@@ -23,7 +23,9 @@ from exporter.rigctl.commands.common import (
     EXIT_ENDINGS,
     EXIT_UNKNOWN,
     add_access_arguments,
+    add_alerting_arguments,
     add_exporter_argument,
+    add_timeout_argument,
     coloured,
     exporter_from_config,
     help_formatter,
@@ -68,10 +70,8 @@ def add_parser(commands: argparse._SubParsersAction) -> argparse.ArgumentParser:
     doctor.add_argument("--config.file", dest="config_file", metavar="PATH",
                         help="the exporter's config (rig.toml): its engines, sysfs_root, "
                              "metrics_dir and [thresholds]")
-    doctor.add_argument("--prometheus", type=http_url, metavar="URL",
-                        help="also check the Prometheus that scrapes the exporter")
-    doctor.add_argument("--alertmanager", type=http_url, metavar="URL",
-                        help="the Alertmanager Prometheus should send to")
+    add_alerting_arguments(doctor, "also check the Prometheus that scrapes the exporter",
+                           "the Alertmanager Prometheus should send to")
     doctor.add_argument("--grafana", type=http_url, metavar="URL",
                         help="also check Grafana's dashboards and data source")
     doctor.add_argument("--grafana-token-file", metavar="FILE",
@@ -84,8 +84,7 @@ def add_parser(commands: argparse._SubParsersAction) -> argparse.ArgumentParser:
                         metavar="SECONDS",
                         help=f"how long to watch (default 6, at least {MIN_WATCH_SECONDS:g})")
     doctor.add_argument("--json", action="store_true", help="print the verdict as JSON")
-    doctor.add_argument("--timeout", type=positive(float), default=10.0, metavar="SECONDS",
-                        help="how long to wait for each server (default 10)")
+    add_timeout_argument(doctor, 10.0)
     add_access_arguments(doctor)
     return doctor
 

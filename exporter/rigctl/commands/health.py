@@ -20,21 +20,21 @@ from exporter.rigctl.commands.common import (
     DEFAULT_EXPORTER,
     EXIT_CODES,
     EXIT_CRITICAL,
+    EXIT_FOR_STATUS,
     EXIT_OK,
     EXIT_UNKNOWN,
     EXIT_WARNING,
     access_from_args,
     add_access_arguments,
+    add_alerting_arguments,
     add_exporter_argument,
+    add_timeout_argument,
     coloured,
     help_formatter,
-    http_url,
     is_tty,
     positive,
 )
 
-EXIT_FOR_STATUS = {"ok": EXIT_OK, "warn": EXIT_WARNING, "crit": EXIT_CRITICAL,
-                   "unknown": EXIT_UNKNOWN}
 EXIT_FOR_SEVERITY = {"critical": EXIT_CRITICAL, "warning": EXIT_WARNING}
 
 EXAMPLES = f"""examples:
@@ -64,17 +64,14 @@ def add_parser(commands: argparse._SubParsersAction) -> argparse.ArgumentParser:
     add_exporter_argument(health)
     health.add_argument("--json", action="store_true",
                         help="print the report as JSON (exporter/daemon/health/health.schema.json)")
-    health.add_argument("--prometheus", type=http_url, metavar="URL",
-                        help="also list the Rig* alerts firing in this Prometheus")
-    health.add_argument("--alertmanager", type=http_url, metavar="URL",
-                        help="ask this Alertmanager which alerts are silenced "
-                             "(default: the one Prometheus sends to)")
+    add_alerting_arguments(health, "also list the Rig* alerts firing in this Prometheus",
+                           "ask this Alertmanager which alerts are silenced "
+                           "(default: the one Prometheus sends to)")
     health.add_argument("--watch", type=positive(float), metavar="SECONDS",
                         help="redraw every SECONDS until interrupted")
     health.add_argument("--count", type=positive(int), metavar="N",
                         help="with --watch: stop after N redraws")
-    health.add_argument("--timeout", type=positive(float), default=10.0, metavar="SECONDS",
-                        help="how long to wait for each server (default 10)")
+    add_timeout_argument(health, 10.0)
     add_access_arguments(health)
     return health
 

@@ -25,11 +25,11 @@ from exporter.rigctl.commands.common import (
     EXIT_ENDINGS,
     EXIT_OK,
     EXIT_UNKNOWN,
+    add_engine_arguments,
     help_formatter,
-    http_url,
     positive,
 )
-from exporter.rigctl.experiments.engine import ENGINE_KINDS, EngineRefused, engine_facts
+from exporter.rigctl.experiments.engine import EngineRefused, engine_facts
 from exporter.thresholds import Thresholds, thresholds_from_config
 
 DEFAULTS = EngineConfig(name="probe", url="http://127.0.0.1:30000")
@@ -55,12 +55,7 @@ def add_parser(commands: argparse._SubParsersAction) -> argparse.ArgumentParser:
     probe = commands.add_parser(
         "probe", help="send one streaming request to an engine now and time every token gap",
         description=__doc__.split("\n\n")[1], epilog=EXAMPLES, formatter_class=help_formatter)
-    probe.add_argument("--engine", required=True, metavar="URL", type=http_url,
-                       help="the engine, e.g. http://127.0.0.1:30000")
-    probe.add_argument("--kind", choices=ENGINE_KINDS,
-                       help="the engine's software, which says the route: sglang's "
-                            "/generate, /v1/completions on the others (default: read from "
-                            "what the engine serves)")
+    add_engine_arguments(probe)
     probe.add_argument("--max-new-tokens", type=positive(int), metavar="N",
                        default=DEFAULTS.probe_max_new_tokens,
                        help="tokens to generate (default %(default)s; more tokens, more gaps "

@@ -20,23 +20,20 @@ from typing import TextIO
 from exporter.rigctl.client.http import BadAnswer, Unreachable
 from exporter.rigctl.commands.common import (
     EXIT_CODES,
-    EXIT_CRITICAL,
+    EXIT_FOR_STATUS,
     EXIT_OK,
     EXIT_UNKNOWN,
-    EXIT_WARNING,
     access_from_args,
     add_access_arguments,
+    add_timeout_argument,
     coloured,
     help_formatter,
     http_url,
     is_tty,
-    positive,
 )
 from exporter.rigctl.report.rules import matchers, parse_duration
 from exporter.thresholds import Thresholds
 
-EXIT_FOR_VERDICT = {"ok": EXIT_OK, "warn": EXIT_WARNING, "crit": EXIT_CRITICAL,
-                    "unknown": EXIT_UNKNOWN}
 #: deploy/prometheus.yml's evaluation_interval: the step the rules are replayed at
 #: (tests/rigctl/report/test_rules.py holds the two equal).
 DEFAULT_EVAL_SECONDS = 5.0
@@ -84,8 +81,7 @@ def add_parser(commands: argparse._SubParsersAction) -> argparse.ArgumentParser:
                         metavar="DURATION",
                         help=f"the rules' evaluation step (default {DEFAULT_EVAL_SECONDS:g}s, "
                              "deploy/prometheus.yml's)")
-    report.add_argument("--timeout", type=positive(float), default=60.0, metavar="SECONDS",
-                        help="how long to wait for each query (default 60)")
+    add_timeout_argument(report, 60.0, each="query")
     add_access_arguments(report)
     return report
 
@@ -174,4 +170,4 @@ def run(args: argparse.Namespace, out: TextIO) -> int:
     else:
         colour = is_tty(out)
         render(report, out, lambda text, status: coloured(text, status, colour))
-    return EXIT_FOR_VERDICT[report.verdict] if args.check else EXIT_OK
+    return EXIT_FOR_STATUS[report.verdict] if args.check else EXIT_OK

@@ -16,7 +16,6 @@ against two single-card ones (A on one card, B on the other).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import random
 import time
 from collections.abc import Callable
@@ -33,10 +32,16 @@ from exporter.rigctl.experiments.engine import (
     engine_facts,
     random_prompt,
 )
-from exporter.rigctl.experiments.stream import Stream, StreamFailed, percentile
+from exporter.rigctl.experiments.stream import (
+    STREAM_TIMEOUT,
+    Progress,
+    Stream,
+    StreamFailed,
+    close_all,
+    percentile,
+)
 from exporter.streams import TokensFrom
 
-Progress = Callable[[str], None]
 #: After B's first token, how long to wait for A's next one, which ends A's gap.
 AFTER_B_SECONDS = 120.0
 
@@ -98,9 +103,8 @@ async def run_starvation(settings: StarvationSettings, progress: Progress = lamb
     url = settings.engine.rstrip("/")
     rng = random.Random(settings.seed)
     a_context = settings.a_context_tokens or settings.context_tokens
-    timeout = aiohttp.ClientTimeout(total=None, sock_connect=10)
     b_url = (settings.b_engine or url).rstrip("/")
-    async with aiohttp.ClientSession(timeout=timeout) as session:
+    async with aiohttp.ClientSession(timeout=STREAM_TIMEOUT) as session:
         facts = await engine_facts(session, url, settings.overrides)
         b_facts = facts if b_url == url else await engine_facts(session, b_url,
                                                                 settings.overrides)
@@ -135,13 +139,7 @@ async def run_starvation(settings: StarvationSettings, progress: Progress = lamb
                 progress("B: first token; waiting for A's next token")
                 await _next_token(a, tasks[0], after=b_first)
         finally:
-            # Closing the streams is what makes the engine abort both generations.
-            for task in tasks:
-                task.cancel()
-            for task in tasks:
-                with contextlib.suppress(asyncio.CancelledError, StreamFailed,
-                                         aiohttp.ClientError):
-                    await task
+            await close_all(tasks)
         assert a.arrivals and b.sent_at is not None
         a_first = a.arrivals[0][0]
         # Every gap of A's that was open at some point while B waited for its first

@@ -10,6 +10,7 @@ SGLang, vLLM and llama.cpp learn to abort the generation.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import math
 import time
@@ -18,6 +19,12 @@ from collections.abc import Callable
 import aiohttp
 
 from exporter.streams import StreamMeter, TokensFrom
+
+#: Where an experiment says how far it has come (rigctl bench prints it to stderr).
+Progress = Callable[[str], None]
+#: No total deadline: a 64K prefill runs for about 50 s and each experiment keeps its
+#: own timeout; only the connect is bounded.
+STREAM_TIMEOUT = aiohttp.ClientTimeout(total=None, sock_connect=10)
 
 
 class StreamFailed(Exception):
@@ -97,6 +104,16 @@ class Stream:
         if not inside:
             return 0.0
         return (inside[-1] - (before[-1] if before else 0)) / (until - since)
+
+
+async def close_all(tasks: list[asyncio.Task[None]]) -> None:
+    """Cancel every stream's task and wait for it to end: closing the streams, on any
+    failure or Ctrl-C, is what makes the engine abort the generations."""
+    for task in tasks:
+        task.cancel()
+    for task in tasks:
+        with contextlib.suppress(asyncio.CancelledError, StreamFailed, aiohttp.ClientError):
+            await task
 
 
 def percentile(values: list[float], fraction: float) -> float | None:

@@ -15,7 +15,6 @@ rate is always given, and a final usage chunk gives each stream's total
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import random
 import statistics
 import time
@@ -33,10 +32,15 @@ from exporter.rigctl.experiments.engine import (
     engine_facts,
     random_prompt,
 )
-from exporter.rigctl.experiments.stream import Stream, StreamFailed, percentile
+from exporter.rigctl.experiments.stream import (
+    STREAM_TIMEOUT,
+    Progress,
+    Stream,
+    close_all,
+    percentile,
+)
 from exporter.streams import TokensFrom
 
-Progress = Callable[[str], None]
 _POOREST_FIRST: tuple[TokensFrom, ...] = ("frames", "final_usage", "continuous_usage")
 
 
@@ -93,9 +97,8 @@ async def run_sweep(settings: SweepSettings, progress: Progress = lambda _: None
                     clock: Callable[[], float] = time.monotonic) -> SweepResult:
     url = settings.engine.rstrip("/")
     rng = random.Random(settings.seed)
-    timeout = aiohttp.ClientTimeout(total=None, sock_connect=10)
     connector = aiohttp.TCPConnector(limit=max(settings.concurrency) + 1)
-    async with aiohttp.ClientSession(timeout=timeout, connector=connector) as session:
+    async with aiohttp.ClientSession(timeout=STREAM_TIMEOUT, connector=connector) as session:
         facts = await engine_facts(session, url, settings.overrides)
         check_context(facts, settings.context_tokens + settings.max_new_tokens,
                       "a stream's prompt and answer")
@@ -125,11 +128,7 @@ async def _run_all(streams: list[Stream], timeout_seconds: float) -> None:
         async with asyncio.timeout(timeout_seconds):
             await asyncio.gather(*tasks)
     finally:
-        for task in tasks:  # on any failure or Ctrl-C: close every stream, so the engine aborts
-            task.cancel()
-        for task in tasks:
-            with contextlib.suppress(asyncio.CancelledError, StreamFailed, aiohttp.ClientError):
-                await task
+        await close_all(tasks)
 
 
 def _point(concurrency: int, streams: list[Stream], context_tokens: int) -> SweepPoint:

@@ -4,11 +4,11 @@
 from __future__ import annotations
 
 import json
-import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
+from tests.support.loopback_server import serving
 from tests.support.rig_readings import Rig, Watch, card
 
 HOT = card("card2", clocks_hertz={"sclk": 1.4e9}, temperatures_celsius={"junction": 107.0})
@@ -32,11 +32,5 @@ def exporter_answering(report: dict, status: int = 200) -> Iterator[str]:
         def log_message(self, *args: object) -> None:
             pass
 
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()
+    with serving(ThreadingHTTPServer(("127.0.0.1", 0), Handler)) as url:
+        yield url

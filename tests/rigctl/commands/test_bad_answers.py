@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import socket
 import socketserver
-import threading
 import time
 from collections.abc import Iterator
 
@@ -16,6 +15,7 @@ import pytest
 
 from tests.rigctl.commands.canned import hot_report
 from tests.rigctl.commands.conftest import RIGCTL, bash
+from tests.support.loopback_server import serving
 
 pytestmark = pytest.mark.long_running(11)
 
@@ -96,14 +96,8 @@ class _Server(socketserver.ThreadingTCPServer):
 
 @pytest.fixture(scope="module")
 def bad_server() -> Iterator[str]:
-    server = _Server(("127.0.0.1", 0), _Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()
+    with serving(_Server(("127.0.0.1", 0), _Handler)) as url:
+        yield url
 
 
 @pytest.mark.parametrize("case", sorted(ANSWERS))

@@ -40,6 +40,7 @@ from exporter.sim.rig.simrig import SimRig
 from exporter.sim.rig.sysfs_writer import gpu_metrics_v1_3
 from exporter.thresholds import Thresholds
 from tests.rigctl.commands.conftest import ENV, REPO, bash
+from tests.support.loopback_server import serving
 from tests.support.rig_config import write_rig_config
 from tests.support.sglang_release import ReleasePlayback, ReleaseServer
 
@@ -471,13 +472,8 @@ def answering(answers: dict[str, tuple[str, bytes]]) -> Iterator[str]:
         def log_message(self, *args: object) -> None:
             pass
 
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()
+    with serving(ThreadingHTTPServer(("127.0.0.1", 0), Handler)) as url:
+        yield url
 
 
 EXPOSITION = ("text/plain", b"# TYPE rig_source_up gauge\nrig_source_up{source=\"host\"} 1\n")

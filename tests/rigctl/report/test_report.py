@@ -6,7 +6,6 @@ from __future__ import annotations
 import dataclasses
 import io
 import json
-import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, HTTPServer
 from pathlib import Path
@@ -22,6 +21,7 @@ from exporter.rigctl.report.evaluate import MAX_BUCKETS, Grid
 from exporter.rigctl.report.model import rfc3339
 from exporter.rigctl.report.rules import alert_rules, parse_duration
 from tests.rigctl.report import night as n
+from tests.support.loopback_server import serving
 
 SCHEMA = json.loads((Path(model.__file__).with_name("report.schema.json")).read_text())
 ROOT = Path(__file__).resolve().parents[3]
@@ -227,13 +227,8 @@ def test_a_malformed_answer(body: bytes, capsys: pytest.CaptureFixture[str]) -> 
         def log_message(self, *args: object) -> None:
             pass
 
-    server = HTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        code = main(["report", "--prometheus", f"http://127.0.0.1:{server.server_port}",
-                     "--since", "1h", "--check"], io.StringIO())
-    finally:
-        server.shutdown()
+    with serving(HTTPServer(("127.0.0.1", 0), Handler)) as url:
+        code = main(["report", "--prometheus", url, "--since", "1h", "--check"], io.StringIO())
     assert code == 3
     assert "rigctl report: " in one_line(capsys)
 
