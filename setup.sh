@@ -60,7 +60,7 @@ fi
 # Reinstall only when the package's declaration changed since the last install.
 stamp=.venv/.rig-installed
 if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
-    echo "setup: installing rig-telemetry and its test, fast, render and html extras into .venv"
+    echo "setup: installing rig-telemetry and its test, fast and html extras into .venv"
     .venv/bin/python -m pip install -q --disable-pip-version-check -e '.[test,fast,html]'
     touch "$stamp"
 fi
