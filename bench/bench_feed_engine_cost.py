@@ -1,6 +1,6 @@
 """What SGLang's forward-pass feed, and the exporter's subscription to it, cost the engine.
 
-    .venv/bin/python bench/bench_feed_engine_cost.py [--answers 3] [--tokens 2000] [--no-busy]
+    .venv/bin/python bench/bench_feed_engine_cost.py [--answers 3] [--tokens 1000] [--no-busy]
 
 Starts the real-engine tier's SGLang 0.5.23 for the CPU (`sglang_server` in
 tests/support/real_engines.py: the tiny random model, torch_native attention, every
@@ -350,7 +350,7 @@ async def _measure(engine: RealEngine, feed: str, answers: int, tokens: int,
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--answers", type=int, default=3)
-    parser.add_argument("--tokens", type=int, default=2000)
+    parser.add_argument("--tokens", type=int, default=1000)
     parser.add_argument("--no-busy", action="store_true",
                         help="skip the mode with every core kept busy")
     args = parser.parse_args()
