@@ -18,24 +18,18 @@ from __future__ import annotations
 
 import threading
 import time
-import urllib.request
 from pathlib import Path
 
 import pytest
 
 from exporter.process.launch import start_exporter
 from exporter.sim.engine.state import SimEngine
-from tests.scrape import parse_samples, value
+from tests.scrape import ended_stall_bounds, scrape
 from tests.support.cpu_load import BUSY, QUIET, tier_marks, under
 from tests.support.process import SimThread, wait_for_log
 
 STALL = 12.0
 IDS = {"engine": "main", "kind": "sglang"}
-
-
-def scrape(url: str) -> dict:
-    with urllib.request.urlopen(url + "/metrics", timeout=10) as response:
-        return parse_samples(response.read().decode())
 
 
 def read_a_true_stall(version: str, log_dir: Path,
@@ -63,17 +57,8 @@ def read_a_true_stall(version: str, log_dir: Path,
             # On the engine's own loop, between two of its renders.
             sim.loop.call_soon_threadsafe(engine.pause_decode, stall)
             time.sleep(stall)
-            deadline = time.monotonic() + 15.0
-            while True:
-                samples = scrape(exporter.url)
-                lower = value(samples, "rig_engine_decode_stall_max_seconds", **IDS)
-                current = value(samples, "rig_engine_decode_stall_seconds", **IDS)
-                if lower and current == 0.0:
-                    upper = value(samples, "rig_engine_decode_stall_max_upper_seconds", **IDS)
-                    assert upper is not None
-                    return lower, upper, longest_gap
-                assert time.monotonic() < deadline, (samples, exporter.log())
-                time.sleep(0.25)
+            lower, upper = ended_stall_bounds(exporter.url, 15.0, exporter.log, **IDS)
+            return lower, upper, longest_gap
         finally:
             stop.set()
             scraper.join(10)

@@ -18,25 +18,19 @@ unanswered (Fault.REFUSE).
 from __future__ import annotations
 
 import time
-import urllib.request
 from pathlib import Path
 
 import pytest
 
 from exporter.process.launch import start_exporter
 from exporter.sim.engine.state import Fault, SimEngine
-from tests.scrape import parse_samples, value
+from tests.scrape import ended_stall_bounds, scrape, value
 from tests.support.process import SimThread, wait_for_log
 
 STALL = 12.0
 SILENT_FROM, SILENT_FOR = 4.0, 4.0  # seconds into the stall, and how long
 LATE_BY = 3.0  # a late answer's delay, past the tracker's 2 s wait
 IDS = {"engine": "main", "kind": "sglang"}
-
-
-def scrape(url: str) -> dict:
-    with urllib.request.urlopen(url + "/metrics", timeout=20) as response:
-        return parse_samples(response.read().decode())
 
 
 def bounds_with_a_silence(fault: Fault, log_dir: Path) -> tuple[float, float, float, bool]:
@@ -60,17 +54,8 @@ def bounds_with_a_silence(fault: Fault, log_dir: Path) -> tuple[float, float, fl
         source_up = value(scrape(exporter.url), "rig_source_up", source="engine/main")
         engine.fault = Fault.NONE
         time.sleep(STALL - SILENT_FROM - SILENT_FOR)
-        deadline = time.monotonic() + 20.0
-        while True:
-            samples = scrape(exporter.url)
-            lower = value(samples, "rig_engine_decode_stall_max_seconds", **IDS)
-            current = value(samples, "rig_engine_decode_stall_seconds", **IDS)
-            if lower and current == 0.0:
-                upper = value(samples, "rig_engine_decode_stall_max_upper_seconds", **IDS)
-                assert upper is not None
-                return lower, upper, longest_gap, source_up == 0.0
-            assert time.monotonic() < deadline, (samples, exporter.log())
-            time.sleep(0.25)
+        lower, upper = ended_stall_bounds(exporter.url, 20.0, exporter.log, **IDS)
+        return lower, upper, longest_gap, source_up == 0.0
 
 
 @pytest.mark.parametrize("fault", [Fault.SLOW_BODY, Fault.REFUSE], ids=["late", "refused"])
