@@ -62,7 +62,6 @@ from tests.support.sim_starvation import a_gaps_in_the_scheduler
 
 pytestmark = [pytest.mark.real_engine, pytest.mark.timeout(900)]
 
-REPO = Path(__file__).resolve().parents[2]
 ALPHA = "sk-sglang-alpha-51e0b7c2"
 BETA = "sk-sglang-beta-9d3a6f14"
 DEFAULT: tuple[str, ...] = ()

@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Iterator
-from pathlib import Path
 
 import anthropic
 import openai
@@ -31,7 +30,6 @@ from tests.support.real_rig import (
 
 pytestmark = [pytest.mark.real_engine, pytest.mark.timeout(900)]
 
-REPO = Path(__file__).resolve().parents[2]
 ALPHA = "sk-real-alpha-6d1f0c2b9e8a"
 BETA = "sk-real-beta-3a7c5e1d0b94"
 #: Long enough to fill several of vLLM's 128-token cache blocks.
